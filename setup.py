@@ -1,0 +1,56 @@
+"""estimator-dist: multi-worker tf.estimator training with MultiWorkerMirroredStrategy."""
+
+import pathlib
+
+from setuptools import setup
+
+HERE = pathlib.Path(__file__).parent
+TF_VERSION = "2.15.1"
+
+setup(
+    name="estimator-dist",
+    version="0.1.0",
+    description=(
+        "Train tf.estimator models on several workers with MultiWorkerMirroredStrategy: "
+        "TF_CONFIG validation, role-aware strategies, a local launcher and absl entry points."
+    ),
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    packages=["estimator_dist", "model_fns", "input_fns", "run_config"],
+    # tf.estimator was removed in TensorFlow 2.16, and TensorFlow 2.15 supports Python 3.9-3.11.
+    python_requires=">=3.9,<3.12",
+    install_requires=[
+        # The `tensorflow` wheel runs on the CPU wherever no CUDA is found; the `gpu`
+        # extra adds the CUDA libraries to the same wheel (no second TensorFlow).
+        f"tensorflow=={TF_VERSION}",
+        "tensorflow-estimator==2.15.0",
+        "keras==2.15.0",
+        # tensorflow-datasets newer than 4.9.4 pulls protobuf 5+, which TF 2.15 cannot import.
+        "tensorflow-datasets==4.9.4",
+        "tensorflow-metadata==1.14.0",
+        "protobuf>=3.20.3,<4.22",
+        "numpy>=1.23.5,<2",
+        "absl-py>=1.4",
+        "portpicker>=1.5",
+        "PyYAML>=5.4",
+        # Ships the embedded default dataset (8x8 digits) inside its wheel.
+        "scikit-learn>=1.0",
+    ],
+    extras_require={
+        "gpu": [f"tensorflow[and-cuda]=={TF_VERSION}"],
+        "test": ["pytest>=7", "pytest-timeout>=2.1", "ruff==0.17.6"],
+    },
+    entry_points={
+        "console_scripts": [
+            "estimator-dist-train=estimator_dist.train:run",
+            "estimator-dist-launch=estimator_dist.launch:run",
+        ]
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3.9",
+        "Programming Language :: Python :: 3.10",
+        "Programming Language :: Python :: 3.11",
+        "License :: OSI Approved :: Apache Software License",
+    ],
+)
