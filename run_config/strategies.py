@@ -1,0 +1,263 @@
+"""Distribution strategies from plain strings, aware of the task's role.
+
+`get_strategy` builds one strategy from a `StrategyConfig`;
+`make_strategies` picks the training and evaluation strategies for the
+current task of a cluster. The evaluator of a multi-worker job never builds
+MultiWorkerMirroredStrategy: it is outside the cluster, so that strategy
+raises `KeyError: 'evaluator'` there, and passing no strategy at all makes
+Estimator's RunConfig demand a chief. It gets a local MirroredStrategy for
+training (never used to train, only to keep Estimator in distribute
+coordinator mode) and the chosen evaluation strategy.
+
+>>> config = StrategyConfig("multi_worker_mirrored", communication="ring")
+>>> config.communication
+'RING'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import tensorflow as tf
+from absl import logging
+
+from estimator_dist.cluster import EVALUATOR, PS, ClusterConfig
+from estimator_dist.errors import UsageError
+from run_config.names import (
+    CENTRAL_STORAGE,
+    COMMUNICATIONS,
+    EVAL_STRATEGY_NAMES,
+    MIRRORED,
+    MULTI_WORKER_MIRRORED,
+    OFF,
+    ONE_DEVICE,
+    PARAMETER_SERVER,
+    STRATEGY_NAMES,
+)
+
+#: Logged when NCCL is requested on a task that has no GPU.
+NCCL_WITHOUT_GPU_MESSAGE = (
+    "NCCL collectives were requested but this task sees no GPU: RING collectives "
+    "will run instead (NCCL only moves tensors between GPUs)."
+)
+
+_IMPLEMENTATIONS = {
+    "AUTO": tf.distribute.experimental.CommunicationImplementation.AUTO,
+    "RING": tf.distribute.experimental.CommunicationImplementation.RING,
+    "NCCL": tf.distribute.experimental.CommunicationImplementation.NCCL,
+}
+
+
+def _choice(kind: str, value: str, valid: tuple, fix: str) -> UsageError:
+    return UsageError(f"Unknown {kind} {value!r}; valid values are {', '.join(valid)}. {fix}")
+
+
+@dataclasses.dataclass(frozen=True)
+class StrategyConfig:
+    """What strategy to build; validated and normalised on construction.
+
+    Attributes:
+      name: One of `STRATEGY_NAMES`, any case.
+      communication: RING, NCCL or AUTO, any case; used by
+        `multi_worker_mirrored` only.
+      collective_timeout_seconds: Deadline for each collective operation, or
+        None for no deadline. A dead peer then fails the job instead of
+        hanging it.
+    """
+
+    name: str = MULTI_WORKER_MIRRORED
+    communication: str = "AUTO"
+    collective_timeout_seconds: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        name = str(self.name).lower()
+        if name not in STRATEGY_NAMES:
+            raise _choice(
+                "distribution strategy",
+                self.name,
+                STRATEGY_NAMES,
+                "Set --distribution_strategy to one of them.",
+            )
+        communication = str(self.communication).upper()
+        if communication not in COMMUNICATIONS:
+            raise _choice(
+                "collective communication",
+                self.communication,
+                COMMUNICATIONS,
+                "Set --communication to one of them (any case).",
+            )
+        timeout = self.collective_timeout_seconds
+        if timeout is not None and timeout <= 0:
+            raise UsageError(
+                f"collective_timeout_seconds must be positive or None, received {timeout}."
+            )
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "communication", communication)
+
+
+def effective_communication(requested: str, num_gpus: int) -> str:
+    """Returns the collective implementation that will really run.
+
+    Args:
+      requested: RING, NCCL or AUTO.
+      num_gpus: GPUs visible to this task.
+
+    Returns:
+      `RING` on a task without GPUs whatever was requested (NCCL and AUTO
+      both fall back to it); otherwise what was requested (AUTO lets the
+      runtime choose per collective).
+
+    >>> effective_communication("NCCL", num_gpus=0)
+    'RING'
+    >>> effective_communication("NCCL", num_gpus=2)
+    'NCCL'
+    """
+    requested = requested.upper()
+    if num_gpus == 0:
+        return "RING"
+    return requested
+
+
+def count_gpus() -> int:
+    """Returns the number of GPUs TensorFlow sees in this process."""
+    return len(tf.config.list_physical_devices("GPU"))
+
+
+def get_strategy(
+    config: StrategyConfig, num_gpus: Optional[int] = None
+) -> Optional[tf.distribute.Strategy]:
+    """Builds the strategy named by `config`.
+
+    Args:
+      config: The strategy to build.
+      num_gpus: GPUs visible to this task; counted when None.
+
+    Returns:
+      A `tf.distribute.Strategy`, or None for `off`.
+
+    Example:
+      >>> get_strategy(StrategyConfig("off")) is None
+      True
+    """
+    if num_gpus is None:
+        num_gpus = count_gpus()
+    if config.name == MULTI_WORKER_MIRRORED:
+        implementation = config.communication
+        if implementation == "NCCL" and num_gpus == 0:
+            logging.warning(NCCL_WITHOUT_GPU_MESSAGE)
+            implementation = "RING"
+        options = tf.distribute.experimental.CommunicationOptions(
+            implementation=_IMPLEMENTATIONS[implementation],
+            timeout_seconds=config.collective_timeout_seconds,
+        )
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    if config.name == MIRRORED:
+        return tf.distribute.MirroredStrategy()
+    if config.name == CENTRAL_STORAGE:
+        return tf.compat.v1.distribute.experimental.CentralStorageStrategy()
+    if config.name == PARAMETER_SERVER:
+        return tf.compat.v1.distribute.experimental.ParameterServerStrategy()
+    if config.name == ONE_DEVICE:
+        return tf.distribute.OneDeviceStrategy("/gpu:0" if num_gpus else "/cpu:0")
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Strategies:
+    """The strategies for one task, and what they resolve to.
+
+    Attributes:
+      train_distribute: For `RunConfig(train_distribute=...)`.
+      eval_distribute: For `RunConfig(eval_distribute=...)`.
+      train_name: Name of the training strategy this task built.
+      eval_name: Name of the evaluation strategy.
+      communication: Collective implementation requested.
+      effective_communication: Collective implementation that runs, or None
+        when the training strategy uses no collectives.
+    """
+
+    train_distribute: Optional[tf.distribute.Strategy]
+    eval_distribute: Optional[tf.distribute.Strategy]
+    train_name: str
+    eval_name: str
+    communication: str
+    effective_communication: Optional[str]
+
+
+def check_cluster_fits(config: StrategyConfig, cluster: ClusterConfig) -> None:
+    """Refuses strategy and cluster combinations TensorFlow cannot run.
+
+    Raises:
+      UsageError: if parameter servers and the strategy do not match, or a
+        local-only strategy is asked to train on several workers.
+    """
+    if cluster.num_ps and config.name != PARAMETER_SERVER:
+        raise UsageError(
+            f"TF_CONFIG lists {cluster.num_ps} ps task(s) but the distribution strategy "
+            f"is {config.name!r}; only 'parameter_server' uses ps tasks. Set "
+            "--distribution_strategy=parameter_server or remove the ps job."
+        )
+    if config.name == PARAMETER_SERVER and cluster.is_distributed and not cluster.num_ps:
+        raise UsageError(
+            "--distribution_strategy=parameter_server needs at least one ps task in "
+            "TF_CONFIG (or --num_ps with the launcher)."
+        )
+    if config.name in (MIRRORED, CENTRAL_STORAGE, ONE_DEVICE, OFF) and cluster.num_workers > 1:
+        raise UsageError(
+            f"--distribution_strategy={config.name} trains in one process, but TF_CONFIG "
+            f"has {cluster.num_workers} workers, which would wait forever for it. Use "
+            f"{MULTI_WORKER_MIRRORED!r} (or {PARAMETER_SERVER!r} with ps tasks)."
+        )
+
+
+def make_strategies(
+    config: StrategyConfig,
+    eval_name: str,
+    cluster: ClusterConfig,
+    num_gpus: Optional[int] = None,
+) -> Strategies:
+    """Picks the training and evaluation strategies for this task.
+
+    Args:
+      config: The training strategy the job asks for.
+      eval_name: One of `EVAL_STRATEGY_NAMES`.
+      cluster: This task's cluster configuration.
+      num_gpus: GPUs visible to this task; counted when None.
+
+    Returns:
+      The `Strategies` to put into RunConfig.
+
+    Raises:
+      UsageError: for an unknown evaluation strategy, or a strategy that does
+        not fit the cluster.
+    """
+    eval_name = str(eval_name).lower()
+    if eval_name not in EVAL_STRATEGY_NAMES:
+        raise _choice(
+            "evaluation strategy",
+            eval_name,
+            EVAL_STRATEGY_NAMES,
+            "Evaluation runs in one process; set --eval_distribution_strategy to one of them.",
+        )
+    check_cluster_fits(config, cluster)
+    if num_gpus is None:
+        num_gpus = count_gpus()
+    eval_distribute = get_strategy(StrategyConfig(eval_name), num_gpus)
+    if cluster.task_type == EVALUATOR:
+        train_distribute = tf.distribute.MirroredStrategy()
+        train_name = MIRRORED
+    else:
+        train_distribute = get_strategy(config, num_gpus)
+        train_name = config.name
+    collective = train_name == MULTI_WORKER_MIRRORED and cluster.task_type != PS
+    return Strategies(
+        train_distribute=train_distribute,
+        eval_distribute=eval_distribute,
+        train_name=train_name,
+        eval_name=eval_name,
+        communication=config.communication,
+        effective_communication=(
+            effective_communication(config.communication, num_gpus) if collective else None
+        ),
+    )
