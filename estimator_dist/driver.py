@@ -1,0 +1,403 @@
+"""The training driver: one call runs `tf.estimator.train_and_evaluate` on any role.
+
+`train_and_evaluate(job, cluster)` runs the same way on the chief, a worker,
+a parameter server, the evaluator, or a single process with no TF_CONFIG.
+Because `tf.estimator.train_and_evaluate` returns nothing in multi-worker
+mode, the evaluator (or the single process) writes the final metrics to
+`model_dir/eval_metrics.json`, and the chief writes what actually ran to
+`model_dir/run_record.json`.
+
+Example, a single process on the embedded digits:
+
+  >>> from run_config.run_config import RunConfigOptions
+  >>> job = JobConfig(run=RunConfigOptions(model_dir="/tmp/digits"),  # doctest: +SKIP
+  ...                 train_steps=200)
+  >>> train_and_evaluate(job, ClusterConfig())["accuracy"]  # doctest: +SKIP
+  0.95...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import functools
+import importlib.metadata
+import inspect
+import json
+import os
+import platform
+import socket
+import time
+from typing import Any, Callable, Iterator, Mapping, Optional
+
+import tensorflow as tf
+from absl import logging
+
+from estimator_dist.cluster import EVALUATOR, ClusterConfig
+from estimator_dist.errors import UsageError
+from input_fns import INPUT_FNS, prepare_input
+from model_fns import KERAS_MODELS, MODEL_FNS
+from run_config.run_config import RunConfigOptions, make_run_config
+from run_config.strategies import Strategies, StrategyConfig, make_strategies
+
+#: Written by the evaluator (or a single process) after each evaluation.
+METRICS_FILE = "eval_metrics.json"
+#: Written by the chief (or a single process) before training starts.
+RUN_RECORD_FILE = "run_record.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class JobConfig:
+    """Everything one training job needs; the same on every task.
+
+    Attributes:
+      model_fn: Registry name or `package.module:function` of a model_fn.
+      keras_model: Registry name or `package.module:function` of a function
+        returning a compiled Keras model; replaces `model_fn` when set.
+      input_fn: Registry name or `package.module:function` of an input_fn.
+      train_steps: Global steps to train; every task stops there.
+      eval_steps: Evaluation batches; None reads the whole evaluation data.
+      batch_size: Global batch size, divided evenly over all replicas.
+      learning_rate: Passed to the model as `params["learning_rate"]`.
+      data_dir: Dataset directory passed to the input_fn.
+      seed: Seed for weight initialisation (graph seed) and data shuffling.
+      params: Extra model and input hyper-parameters (`--params`).
+      strategy: Training distribution strategy.
+      eval_strategy: Evaluation strategy name (`off`, `mirrored`, `one_device`).
+      eval_throttle_secs: Least seconds between two evaluations.
+      run: Checkpoint, summary and thread settings; holds `model_dir`.
+    """
+
+    run: RunConfigOptions
+    model_fn: str = "mnist_cnn"
+    keras_model: Optional[str] = None
+    input_fn: str = "digits"
+    train_steps: int = 1000
+    eval_steps: Optional[int] = None
+    batch_size: int = 64
+    learning_rate: float = 0.001
+    data_dir: Optional[str] = None
+    seed: Optional[int] = 0
+    params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    strategy: StrategyConfig = StrategyConfig()
+    eval_strategy: str = "off"
+    eval_throttle_secs: int = 5
+
+    def __post_init__(self) -> None:
+        if self.train_steps < 1:
+            raise UsageError(f"train_steps must be at least 1, received {self.train_steps}.")
+        if self.eval_steps is not None and self.eval_steps < 1:
+            raise UsageError(f"eval_steps must be at least 1 or None, received {self.eval_steps}.")
+        if self.batch_size < 1:
+            raise UsageError(f"batch_size must be at least 1, received {self.batch_size}.")
+        if self.learning_rate <= 0:
+            raise UsageError(f"learning_rate must be positive, received {self.learning_rate}.")
+        if self.eval_throttle_secs < 0:
+            raise UsageError(
+                f"eval_throttle_secs must be 0 or more, received {self.eval_throttle_secs}."
+            )
+        clashes = sorted(set(self.params) & {"batch_size", "learning_rate", "data_dir", "seed"})
+        if clashes:
+            raise UsageError(
+                f"--params sets {', '.join(clashes)}, which have flags of their own; "
+                f"use --{clashes[0]} instead."
+            )
+
+    @property
+    def model_params(self) -> dict:
+        """The `params` dict handed to the model_fn and input_fn."""
+        return {
+            **self.params,
+            "batch_size": self.batch_size,
+            "learning_rate": self.learning_rate,
+            "data_dir": self.data_dir,
+            "seed": self.seed,
+        }
+
+    def to_dict(self) -> dict:
+        """Returns the configuration as JSON-serialisable data."""
+        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+
+
+def bind_input_fn(input_fn: Callable, params: Mapping[str, Any]) -> Callable:
+    """Gives `params` to an input_fn while keeping its Estimator signature.
+
+    Estimator passes `input_context` only to functions that declare it; a
+    function without it gets its dataset auto-sharded by the strategy, so
+    the wrapper declares `input_context` exactly when `input_fn` does.
+
+    Args:
+      input_fn: A function of any subset of `mode`, `input_context`, `params`.
+      params: The job's params.
+
+    Returns:
+      A function for `TrainSpec`/`EvalSpec`.
+    """
+    accepted = inspect.signature(input_fn).parameters
+
+    def call(mode: str, input_context: Optional[tf.distribute.InputContext]) -> Any:
+        kwargs: dict = {}
+        if "mode" in accepted:
+            kwargs["mode"] = mode
+        if "input_context" in accepted:
+            kwargs["input_context"] = input_context
+        if "params" in accepted:
+            kwargs["params"] = params
+        return input_fn(**kwargs)
+
+    if "input_context" in accepted:
+
+        def with_context(
+            mode: str, input_context: Optional[tf.distribute.InputContext] = None
+        ) -> Any:
+            return call(mode, input_context)
+
+        return functools.update_wrapper(with_context, input_fn)
+
+    def without_context(mode: str) -> Any:
+        return call(mode, None)
+
+    return functools.update_wrapper(without_context, input_fn)
+
+
+class MetricsExporter(tf.estimator.Exporter):
+    """Writes each evaluation's metrics to `model_dir/eval_metrics.json`.
+
+    `tf.estimator.train_and_evaluate` returns None in multi-worker mode, so
+    this exporter, which the evaluator calls after every evaluation, is where
+    the final metrics come from. The file is replaced atomically.
+    """
+
+    def __init__(self, model_dir: str) -> None:
+        self._path = os.path.join(model_dir, METRICS_FILE)
+        self.final_metrics: Optional[dict] = None
+
+    @property
+    def name(self) -> str:
+        return "metrics"
+
+    def export(
+        self,
+        estimator: tf.estimator.Estimator,
+        export_path: str,
+        checkpoint_path: str,
+        eval_result: Mapping[str, Any],
+        is_the_final_export: bool,
+    ) -> str:
+        metrics = {key: _to_json_number(value) for key, value in eval_result.items()}
+        record = {
+            "metrics": metrics,
+            "checkpoint": checkpoint_path,
+            "final": bool(is_the_final_export),
+        }
+        _write_json(self._path, record)
+        if is_the_final_export:
+            self.final_metrics = metrics
+        return self._path
+
+
+def _to_json_number(value: Any) -> Any:
+    try:
+        return value.item()
+    except AttributeError:
+        return value
+
+
+def _write_json(path: str, data: Mapping[str, Any]) -> None:
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with tf.io.gfile.GFile(temporary, "w") as stream:
+        stream.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    tf.io.gfile.rename(temporary, path, overwrite=True)
+
+
+def read_final_metrics(model_dir: str) -> Optional[dict]:
+    """Returns the final evaluation metrics written to `model_dir`, or None."""
+    path = os.path.join(model_dir, METRICS_FILE)
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as stream:
+        record = json.load(stream)
+    return record["metrics"] if record.get("final") else None
+
+
+def format_metrics(metrics: Mapping[str, Any]) -> str:
+    """Returns `metrics` as one line, global step first."""
+    step = metrics.get("global_step")
+    rest = ", ".join(
+        f"{key}={value:.4f}" if isinstance(value, float) else f"{key}={value}"
+        for key, value in sorted(metrics.items())
+        if key != "global_step"
+    )
+    return f"global_step={step}, {rest}"
+
+
+def _library_versions() -> dict:
+    versions = {"python": platform.python_version(), "tensorflow": tf.__version__}
+    for distribution in ("tensorflow-estimator", "keras", "tensorflow-datasets", "estimator-dist"):
+        try:
+            versions[distribution] = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            versions[distribution] = None
+    return versions
+
+
+def make_run_record(
+    job: JobConfig, cluster: ClusterConfig, strategies: Strategies, num_replicas: int
+) -> dict:
+    """Describes what this job really runs: role, strategy, collectives, batches."""
+    train = strategies.train_distribute
+    return {
+        "role": cluster.role,
+        "task_type": cluster.task_type,
+        "task_index": cluster.task_index,
+        "host": socket.gethostname(),
+        "cluster": {name: list(addresses) for name, addresses in cluster.jobs.items()},
+        "tf_config_normalisations": list(cluster.notes),
+        "num_workers": cluster.num_workers,
+        "num_ps": cluster.num_ps,
+        "num_replicas": num_replicas,
+        "strategy": strategies.train_name,
+        "strategy_class": type(train).__name__ if train is not None else None,
+        "eval_strategy": strategies.eval_name,
+        "communication_requested": strategies.communication,
+        "communication_used": strategies.effective_communication,
+        "global_batch_size": job.batch_size,
+        "per_worker_batch_size": job.batch_size // cluster.num_workers,
+        "per_replica_batch_size": job.batch_size // num_replicas,
+        "versions": _library_versions(),
+        "config": job.to_dict(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def _check_batch(job: JobConfig, num_replicas: int, cluster: ClusterConfig) -> None:
+    if job.batch_size % num_replicas:
+        lower = max(num_replicas, job.batch_size - job.batch_size % num_replicas)
+        raise UsageError(
+            f"--batch_size={job.batch_size} is the global batch and must divide evenly "
+            f"over the {num_replicas} replicas ({cluster.num_workers} worker(s)); use a "
+            f"multiple of {num_replicas}, such as {lower} or {lower + num_replicas}."
+        )
+
+
+@contextlib.contextmanager
+def _model_dir_lock(model_dir: str, name: str) -> Iterator[None]:
+    """Serialises one step across the tasks sharing a local model_dir."""
+    if "://" in model_dir:
+        yield
+        return
+    os.makedirs(model_dir, exist_ok=True)
+    with open(os.path.join(model_dir, f".{name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _feature_shapes(input_fn: Callable) -> dict:
+    with tf.Graph().as_default():
+        dataset = input_fn(mode=tf.estimator.ModeKeys.EVAL)
+    features = (
+        dataset.element_spec[0] if isinstance(dataset.element_spec, tuple) else dataset.element_spec
+    )
+    if not isinstance(features, Mapping):
+        features = {"image": features}
+    return {name: spec.shape.as_list()[1:] for name, spec in features.items()}
+
+
+def _make_keras_estimator(
+    job: JobConfig, params: dict, eval_input_fn: Callable, run_config: tf.estimator.RunConfig
+) -> tf.estimator.Estimator:
+    build = KERAS_MODELS.get(job.keras_model)
+    if inspect.signature(build).parameters:
+        model = build({**params, "feature_shapes": _feature_shapes(eval_input_fn)})
+    else:
+        model = build()
+    if not isinstance(model, tf.keras.Model):
+        raise UsageError(
+            f"--keras_model={job.keras_model} returned {type(model).__name__}; expected a "
+            "compiled tf.keras.Model."
+        )
+    if model.optimizer is None:
+        raise UsageError(
+            f"--keras_model={job.keras_model} returned a model that is not compiled; call "
+            "model.compile(optimizer=..., loss=...) before returning it."
+        )
+    with _model_dir_lock(job.run.model_dir, "keras_bridge"):
+        return tf.keras.estimator.model_to_estimator(keras_model=model, config=run_config)
+
+
+def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]:
+    """Runs `tf.estimator.train_and_evaluate` for this task of the job.
+
+    Sets TF_CONFIG to the normalised `cluster` (TensorFlow reads it from the
+    environment), switches to graph mode, builds role-aware strategies and
+    the RunConfig, and trains, evaluates or serves as a parameter server.
+
+    Args:
+      job: The job, identical on every task.
+      cluster: This task's validated cluster configuration.
+
+    Returns:
+      The final evaluation metrics on the evaluator and in a single process;
+      None on the chief, workers and parameter servers.
+
+    Raises:
+      UsageError: for configuration that cannot run (batch size, strategy
+        and cluster mismatch, unknown names, missing data).
+    """
+    tf.compat.v1.disable_eager_execution()
+    if cluster.is_distributed:
+        os.environ["TF_CONFIG"] = cluster.to_json()
+    else:
+        os.environ.pop("TF_CONFIG", None)
+    for note in cluster.notes:
+        logging.info("TF_CONFIG: %s.", note)
+
+    params = job.model_params
+    input_fn = INPUT_FNS.get(job.input_fn)
+    model_fn = None if job.keras_model else MODEL_FNS.get(job.model_fn)
+    strategies = make_strategies(job.strategy, job.eval_strategy, cluster)
+    train = strategies.train_distribute
+    num_replicas = train.num_replicas_in_sync if train and cluster.task_type != EVALUATOR else 1
+    if cluster.task_type != EVALUATOR:
+        num_replicas = max(num_replicas, cluster.num_workers)
+        _check_batch(job, num_replicas, cluster)
+    prepare_input(job.input_fn, params)
+    logging.info(
+        "Task %s: strategy %s, communication requested %s, used %s; %d replica(s); "
+        "global batch %d.",
+        cluster.role,
+        strategies.train_name,
+        strategies.communication,
+        strategies.effective_communication,
+        num_replicas,
+        job.batch_size,
+    )
+    tf.io.gfile.makedirs(job.run.model_dir)
+    if cluster.is_chief:
+        _write_json(
+            os.path.join(job.run.model_dir, RUN_RECORD_FILE),
+            make_run_record(job, cluster, strategies, num_replicas),
+        )
+
+    run_config = make_run_config(job.run, train, strategies.eval_distribute)
+    bound_input_fn = bind_input_fn(input_fn, params)
+    if job.keras_model:
+        estimator = _make_keras_estimator(job, params, bound_input_fn, run_config)
+    else:
+        estimator = tf.estimator.Estimator(model_fn, config=run_config, params=params)
+    exporter = MetricsExporter(job.run.model_dir)
+    train_spec = tf.estimator.TrainSpec(bound_input_fn, max_steps=job.train_steps)
+    eval_spec = tf.estimator.EvalSpec(
+        bound_input_fn,
+        steps=job.eval_steps,
+        exporters=[exporter],
+        start_delay_secs=0,
+        throttle_secs=job.eval_throttle_secs,
+    )
+    started = time.monotonic()
+    tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+    logging.info("Task %s finished in %.1f s.", cluster.role, time.monotonic() - started)
+    if cluster.task_type in (None, EVALUATOR):
+        return exporter.final_metrics
+    return None

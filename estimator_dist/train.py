@@ -1,0 +1,257 @@
+"""Train and evaluate a model on this task of a (possibly multi-worker) job.
+
+Run the same command on every task; TF_CONFIG tells each one its role:
+
+  TF_CONFIG='{"cluster": {"chief": ["h0:2222"], "worker": ["h1:2222"]},
+              "task": {"type": "chief", "index": 0}}' \\
+  python -m estimator_dist.train --model_dir=/shared/run1 --train_steps=1000
+
+Without TF_CONFIG it trains and evaluates in this one process. Usage errors
+(bad flags, TF_CONFIG or data paths) exit with code 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, Callable, List, Sequence
+
+from absl import app, flags
+
+from run_config.names import COMMUNICATIONS, EVAL_STRATEGY_NAMES, STRATEGY_NAMES
+
+if TYPE_CHECKING:
+    from estimator_dist.driver import JobConfig
+
+PROGRAM = "estimator_dist.train"
+
+
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    """Defines the training flags on `flag_values`."""
+    f = flag_values
+    flags.DEFINE_string(
+        "model_fn",
+        None,
+        "model_fn: a registered name (mnist_cnn) or package.module:function. Default mnist_cnn.",
+        flag_values=f,
+    )
+    flags.DEFINE_string(
+        "keras_model",
+        None,
+        "Instead of --model_fn: a function returning a "
+        "compiled Keras model (registered name or package.module:function), "
+        "converted with model_to_estimator.",
+        flag_values=f,
+    )
+    flags.DEFINE_string(
+        "input_fn",
+        "digits",
+        "input_fn: a registered name (digits, mnist) or package.module:function.",
+        flag_values=f,
+    )
+    flags.DEFINE_string(
+        "model_dir",
+        None,
+        "Directory for checkpoints and results, shared by every task.",
+        flag_values=f,
+    )
+    flags.DEFINE_integer(
+        "train_steps", 1000, "Global training steps.", lower_bound=1, flag_values=f
+    )
+    flags.DEFINE_integer(
+        "eval_steps",
+        None,
+        "Evaluation batches; default: the whole split.",
+        lower_bound=1,
+        flag_values=f,
+    )
+    flags.DEFINE_integer(
+        "batch_size",
+        64,
+        "Global batch size over all replicas; must divide evenly by the number of replicas.",
+        lower_bound=1,
+        flag_values=f,
+    )
+    flags.DEFINE_float("learning_rate", 0.001, "Learning rate.", lower_bound=0.0, flag_values=f)
+    flags.DEFINE_enum(
+        "distribution_strategy",
+        STRATEGY_NAMES[0],
+        STRATEGY_NAMES,
+        "Training strategy.",
+        case_sensitive=False,
+        flag_values=f,
+    )
+    flags.DEFINE_enum(
+        "communication",
+        "AUTO",
+        COMMUNICATIONS,
+        "Collective implementation of "
+        "multi_worker_mirrored; NCCL needs GPUs, RING runs anywhere, AUTO lets "
+        "TensorFlow choose.",
+        case_sensitive=False,
+        flag_values=f,
+    )
+    flags.DEFINE_float(
+        "collective_timeout",
+        None,
+        "Seconds a collective may take before the task fails; default: no limit.",
+        lower_bound=0.0,
+        flag_values=f,
+    )
+    flags.DEFINE_enum(
+        "eval_distribution_strategy",
+        "off",
+        EVAL_STRATEGY_NAMES,
+        "Evaluation strategy.",
+        case_sensitive=False,
+        flag_values=f,
+    )
+    flags.DEFINE_integer(
+        "save_checkpoints_steps",
+        100,
+        "Checkpoint every this many steps.",
+        lower_bound=1,
+        flag_values=f,
+    )
+    flags.DEFINE_integer(
+        "keep_checkpoint_max", 5, "Checkpoints to keep.", lower_bound=1, flag_values=f
+    )
+    flags.DEFINE_integer(
+        "save_summary_steps", 100, "Summaries every this many steps.", lower_bound=1, flag_values=f
+    )
+    flags.DEFINE_integer(
+        "log_step_count_steps",
+        100,
+        "Log loss and speed every this many steps.",
+        lower_bound=1,
+        flag_values=f,
+    )
+    flags.DEFINE_integer(
+        "intra_op_threads",
+        0,
+        "Threads within an op; 0: TensorFlow chooses.",
+        lower_bound=0,
+        flag_values=f,
+    )
+    flags.DEFINE_integer(
+        "inter_op_threads",
+        0,
+        "Ops run in parallel; 0: TensorFlow chooses.",
+        lower_bound=0,
+        flag_values=f,
+    )
+    flags.DEFINE_integer(
+        "eval_throttle_secs", 5, "Least seconds between evaluations.", lower_bound=0, flag_values=f
+    )
+    flags.DEFINE_string(
+        "data_dir",
+        None,
+        "Dataset directory (TFDS data_dir); default ~/tensorflow_datasets.",
+        flag_values=f,
+    )
+    flags.DEFINE_integer("seed", 0, "Seed for initial weights and data order.", flag_values=f)
+    flags.DEFINE_string(
+        "params",
+        "",
+        "Model/input hyper-parameters: key=value,... or a .json/.yaml file.",
+        flag_values=f,
+    )
+    flags.mark_flag_as_required("model_dir", flag_values=f)
+    flags.mark_flags_as_mutual_exclusive(["model_fn", "keras_model"], flag_values=f)
+
+
+def job_from_flags(f: flags.FlagValues = flags.FLAGS) -> JobConfig:
+    """Turns parsed flags into a validated `JobConfig`.
+
+    Raises:
+      UsageError: if the values do not make a valid job.
+    """
+    from estimator_dist.driver import JobConfig
+    from estimator_dist.errors import UsageError
+    from estimator_dist.params import parse_params_flag
+    from run_config.run_config import RunConfigOptions
+    from run_config.strategies import StrategyConfig
+
+    try:
+        return JobConfig(
+            run=RunConfigOptions(
+                model_dir=f.model_dir,
+                save_checkpoints_steps=f.save_checkpoints_steps,
+                keep_checkpoint_max=f.keep_checkpoint_max,
+                save_summary_steps=f.save_summary_steps,
+                log_step_count_steps=f.log_step_count_steps,
+                intra_op_threads=f.intra_op_threads,
+                inter_op_threads=f.inter_op_threads,
+                tf_random_seed=f.seed,
+            ),
+            model_fn=f.model_fn or "mnist_cnn",
+            keras_model=f.keras_model,
+            input_fn=f.input_fn,
+            train_steps=f.train_steps,
+            eval_steps=f.eval_steps,
+            batch_size=f.batch_size,
+            learning_rate=f.learning_rate,
+            data_dir=f.data_dir,
+            seed=f.seed,
+            params=parse_params_flag(f.params),
+            strategy=StrategyConfig(
+                f.distribution_strategy, f.communication, f.collective_timeout or None
+            ),
+            eval_strategy=f.eval_distribution_strategy,
+            eval_throttle_secs=f.eval_throttle_secs,
+        )
+    except UsageError:
+        raise
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+
+def usage_exit(program: str, message: str) -> None:
+    """Prints a usage error the way every entry point does, and exits 2."""
+    sys.stderr.write(f"{program}: error: {message}\nRun with --helpfull to list every flag.\n")
+    sys.exit(2)
+
+
+def make_flags_parser(
+    program: str, flag_values: flags.FlagValues = flags.FLAGS
+) -> Callable[[Sequence[str]], List[str]]:
+    """Returns an `app.run` flags parser that exits 2 on bad flags, with no traceback."""
+
+    def parse(argv: Sequence[str]) -> List[str]:
+        try:
+            return flag_values(argv)
+        except flags.Error as error:
+            usage_exit(program, f"{error}. Fix the flag and run again.")
+
+    return parse
+
+
+def main(argv: Sequence[str]) -> int:
+    """Entry point: flags and TF_CONFIG in, one library call, metrics out."""
+    if len(argv) > 1:
+        usage_exit(
+            PROGRAM, f"unexpected positional arguments {list(argv[1:])}; every setting is a --flag."
+        )
+    from estimator_dist import driver
+    from estimator_dist.cluster import parse_tf_config
+    from estimator_dist.errors import UsageError
+
+    try:
+        cluster = parse_tf_config(os.environ.get("TF_CONFIG"))
+        job = job_from_flags(flags.FLAGS)
+        metrics = driver.train_and_evaluate(job, cluster)
+    except UsageError as error:
+        usage_exit(PROGRAM, str(error))
+    if metrics is not None:
+        print(f"Final evaluation: {driver.format_metrics(metrics)}", flush=True)
+    return 0
+
+
+def run() -> None:
+    """Console-script entry point."""
+    define_flags()
+    app.run(main, flags_parser=make_flags_parser(PROGRAM))
+
+
+if __name__ == "__main__":
+    run()
