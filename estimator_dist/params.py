@@ -48,7 +48,7 @@ def parse_params_flag(value: str) -> dict:
     value = value.strip()
     if not value:
         return {}
-    if value.endswith((".json", ".yaml", ".yml")) or os.path.isfile(value):
+    if "=" not in value and (value.endswith((".json", ".yaml", ".yml")) or os.path.isfile(value)):
         return _load_params_file(value)
     params = {}
     for item in value.split(","):
@@ -59,7 +59,13 @@ def parse_params_flag(value: str) -> dict:
                 f"--params item {item!r} is not key=value; received --params={value!r}. "
                 "Write --params=key=value,key2=value2 or pass a .json/.yaml file."
             )
-        params[key] = yaml.safe_load(raw.strip()) if raw.strip() else ""
+        try:
+            params[key] = yaml.safe_load(raw.strip()) if raw.strip() else ""
+        except yaml.YAMLError:
+            raise UsageError(
+                f"--params value {raw.strip()!r} of {key!r} is not a valid YAML scalar; "
+                "quote it, or pass the parameters as a .json/.yaml file."
+            ) from None
     return params
 
 
@@ -103,6 +109,12 @@ def _accepts(hint: Any, value: Any) -> bool:
     return isinstance(value, hint)
 
 
+def _type_name(hint: Any) -> str:
+    if typing.get_origin(hint) is typing.Union:
+        return " or ".join(_type_name(option) for option in typing.get_args(hint))
+    return "None" if hint is type(None) else getattr(hint, "__name__", str(hint))
+
+
 def from_params(cls: Type[P], params: Mapping[str, Any], owner: str, strict: bool = True) -> P:
     """Builds the dataclass `cls` from `params`, checking names and types.
 
@@ -134,12 +146,14 @@ def from_params(cls: Type[P], params: Mapping[str, Any], owner: str, strict: boo
     values = {}
     for name in fields & set(params):
         value = params[name]
-        if not _accepts(hints[name], value):
+        hint = hints[name]
+        if not _accepts(hint, value):
             raise UsageError(
                 f"Parameter {name}={value!r} for {owner} has type {type(value).__name__}; "
-                f"expected {getattr(hints[name], '__name__', hints[name])}."
+                f"expected {_type_name(hint)}."
             )
-        values[name] = float(value) if hints[name] is float else value
+        floats = hint is float or float in typing.get_args(hint)
+        values[name] = float(value) if floats and isinstance(value, int) else value
     try:
         return cls(**values)
     except ValueError as error:

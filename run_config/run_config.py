@@ -23,7 +23,11 @@ CHECKPOINT_SECS_WITH_COLLECTIVES = (
     "Use save_checkpoints_steps (--save_checkpoints_steps) instead."
 )
 
-_COLLECTIVE_STRATEGIES = ("CollectiveAllReduceStrategy", "MultiWorkerMirroredStrategy")
+_COLLECTIVE_STRATEGIES = (
+    "CollectiveAllReduceStrategy",
+    "CollectiveAllReduceStrategyV1",
+    "MultiWorkerMirroredStrategy",
+)
 
 
 @dataclasses.dataclass(frozen=True)
