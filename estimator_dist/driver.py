@@ -247,6 +247,7 @@ def make_run_record(
 ) -> dict:
     """Describes what this job really runs: role, strategy, collectives, batches."""
     train = strategies.train_distribute
+    per_replica = job.batch_size // num_replicas
     return {
         "role": cluster.role,
         "task_type": cluster.task_type,
@@ -263,8 +264,8 @@ def make_run_record(
         "communication_requested": strategies.communication,
         "communication_used": strategies.effective_communication,
         "global_batch_size": job.batch_size,
-        "per_worker_batch_size": job.batch_size // cluster.num_workers,
-        "per_replica_batch_size": job.batch_size // num_replicas,
+        "per_worker_batch_size": per_replica * max(1, num_replicas // cluster.num_workers),
+        "per_replica_batch_size": per_replica,
         "versions": _library_versions(),
         "config": job.to_dict(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -293,23 +294,50 @@ def _model_dir_lock(model_dir: str, name: str) -> Iterator[None]:
         yield
 
 
-def _feature_shapes(input_fn: Callable) -> dict:
+def _element_spec(input_fn: Callable, mode: str) -> tuple:
+    """Returns (features, labels) specs of `input_fn`'s dataset, built in a scratch graph."""
     with tf.Graph().as_default():
-        dataset = input_fn(mode=tf.estimator.ModeKeys.EVAL)
-    features = (
-        dataset.element_spec[0] if isinstance(dataset.element_spec, tuple) else dataset.element_spec
-    )
+        spec = input_fn(mode=mode).element_spec
+    if isinstance(spec, tuple) and len(spec) == 2:
+        return spec
+    return spec, None
+
+
+def _feature_shapes(input_fn: Callable) -> dict:
+    features, _ = _element_spec(input_fn, tf.estimator.ModeKeys.EVAL)
     if not isinstance(features, Mapping):
         features = {"image": features}
     return {name: spec.shape.as_list()[1:] for name, spec in features.items()}
 
 
-def _make_keras_estimator(
-    job: JobConfig, params: dict, eval_input_fn: Callable, run_config: tf.estimator.RunConfig
-) -> tf.estimator.Estimator:
+def dry_run_model_fn(model_fn: Callable, input_fn: Callable, params: Mapping[str, Any]) -> None:
+    """Builds the TRAIN graph once in a scratch graph, before any task commits.
+
+    A bad hyper-parameter or a shape mismatch then fails here, with nothing
+    written to model_dir and before the other workers wait for this one.
+    """
+    features_spec, labels_spec = _element_spec(input_fn, tf.estimator.ModeKeys.TRAIN)
+    with tf.Graph().as_default():
+
+        def placeholder(spec: tf.TensorSpec) -> tf.Tensor:
+            return tf.compat.v1.placeholder(spec.dtype, spec.shape)
+
+        arguments = {
+            "features": tf.nest.map_structure(placeholder, features_spec),
+            "labels": None
+            if labels_spec is None
+            else tf.nest.map_structure(placeholder, labels_spec),
+            "mode": tf.estimator.ModeKeys.TRAIN,
+            "params": params,
+        }
+        accepted = inspect.signature(model_fn).parameters
+        model_fn(**{name: value for name, value in arguments.items() if name in accepted})
+
+
+def _build_keras_model(job: JobConfig, params: dict, input_fn: Callable) -> tf.keras.Model:
     build = KERAS_MODELS.get(job.keras_model)
     if inspect.signature(build).parameters:
-        model = build({**params, "feature_shapes": _feature_shapes(eval_input_fn)})
+        model = build({**params, "feature_shapes": _feature_shapes(input_fn)})
     else:
         model = build()
     if not isinstance(model, tf.keras.Model):
@@ -322,8 +350,42 @@ def _make_keras_estimator(
             f"--keras_model={job.keras_model} returned a model that is not compiled; call "
             "model.compile(optimizer=..., loss=...) before returning it."
         )
-    with _model_dir_lock(job.run.model_dir, "keras_bridge"):
-        return tf.keras.estimator.model_to_estimator(keras_model=model, config=run_config)
+    return model
+
+
+@dataclasses.dataclass(frozen=True)
+class Preflight:
+    """What `preflight` resolved: the input_fn with its params bound, and the model.
+
+    Attributes:
+      input_fn: The job's input_fn, bound to its params.
+      model_fn: The model_fn, or None when the job uses a Keras model.
+      keras_model: The compiled Keras model, or None.
+    """
+
+    input_fn: Callable
+    model_fn: Optional[Callable]
+    keras_model: Optional[tf.keras.Model]
+
+
+def preflight(job: JobConfig) -> Preflight:
+    """Resolves names, prepares data and builds the model once, writing nothing.
+
+    The launcher runs it once before starting any task, and every task runs
+    it before joining the cluster, so a bad name, missing data or a bad
+    hyper-parameter fails at once instead of leaving the other tasks waiting.
+
+    Raises:
+      UsageError: for an unknown name, missing data or bad parameters.
+    """
+    params = job.model_params
+    input_fn = bind_input_fn(INPUT_FNS.get(job.input_fn), params)
+    prepare_input(job.input_fn, params)
+    if job.keras_model:
+        return Preflight(input_fn, None, _build_keras_model(job, params, input_fn))
+    model_fn = MODEL_FNS.get(job.model_fn)
+    dry_run_model_fn(model_fn, input_fn, params)
+    return Preflight(input_fn, model_fn, None)
 
 
 def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]:
@@ -353,16 +415,12 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     for note in cluster.notes:
         logging.info("TF_CONFIG: %s.", note)
 
-    params = job.model_params
-    input_fn = INPUT_FNS.get(job.input_fn)
-    model_fn = None if job.keras_model else MODEL_FNS.get(job.model_fn)
+    checked = preflight(job)
     strategies = make_strategies(job.strategy, job.eval_strategy, cluster)
     train = strategies.train_distribute
     num_replicas = train.num_replicas_in_sync if train and cluster.task_type != EVALUATOR else 1
-    if cluster.task_type != EVALUATOR:
-        num_replicas = max(num_replicas, cluster.num_workers)
-        _check_batch(job, num_replicas, cluster)
-    prepare_input(job.input_fn, params)
+    _check_batch(job, num_replicas, cluster)
+    run_config = make_run_config(job.run, train, strategies.eval_distribute)
     logging.info(
         "Task %s: strategy %s, communication requested %s, used %s; %d replica(s); "
         "global batch %d.",
@@ -380,16 +438,19 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
             make_run_record(job, cluster, strategies, num_replicas),
         )
 
-    run_config = make_run_config(job.run, train, strategies.eval_distribute)
-    bound_input_fn = bind_input_fn(input_fn, params)
-    if job.keras_model:
-        estimator = _make_keras_estimator(job, params, bound_input_fn, run_config)
+    if checked.keras_model is not None:
+        with _model_dir_lock(job.run.model_dir, "keras_bridge"):
+            estimator = tf.keras.estimator.model_to_estimator(
+                keras_model=checked.keras_model, config=run_config
+            )
     else:
-        estimator = tf.estimator.Estimator(model_fn, config=run_config, params=params)
+        estimator = tf.estimator.Estimator(
+            checked.model_fn, config=run_config, params=job.model_params
+        )
     exporter = MetricsExporter(job.run.model_dir)
-    train_spec = tf.estimator.TrainSpec(bound_input_fn, max_steps=job.train_steps)
+    train_spec = tf.estimator.TrainSpec(checked.input_fn, max_steps=job.train_steps)
     eval_spec = tf.estimator.EvalSpec(
-        bound_input_fn,
+        checked.input_fn,
         steps=job.eval_steps,
         exporters=[exporter],
         start_delay_secs=0,

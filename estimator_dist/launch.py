@@ -186,7 +186,6 @@ def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
 def main(argv: Sequence[str]) -> int:
     """Validates the training flags, runs the cluster, prints the final metrics."""
     from estimator_dist import driver
-    from input_fns import prepare_input
 
     train_args = list(argv[1:])
     train_flags = flags.FlagValues()
@@ -201,7 +200,7 @@ def main(argv: Sequence[str]) -> int:
                 f"--batch_size={job.batch_size} is the global batch and must divide evenly "
                 f"over --num_workers={_NUM_WORKERS.value} workers."
             )
-        prepare_input(job.input_fn, job.model_params)
+        driver.preflight(job)
     except flags.Error as error:
         train.usage_exit(PROGRAM, f"training flag after '--': {error}")
     except UsageError as error:

@@ -221,7 +221,7 @@ def make_flags_parser(
         try:
             return flag_values(argv)
         except flags.Error as error:
-            usage_exit(program, f"{error}. Fix the flag and run again.")
+            usage_exit(program, f"{str(error).rstrip('.')}. Fix the flag and run again.")
 
     return parse
 

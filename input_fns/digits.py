@@ -89,6 +89,7 @@ def prepare(params: Mapping[str, Any]) -> str:
             fcntl.flock(lock, fcntl.LOCK_EX)
             builder = SklearnDigits(data_dir=params.get("data_dir"))
             if not builder.is_prepared():
+                tfds.disable_progress_bar()
                 builder.download_and_prepare(
                     download_config=tfds.download.DownloadConfig(
                         num_shards=NUM_SHARDS, try_download_gcs=False
