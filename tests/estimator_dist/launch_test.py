@@ -1,0 +1,155 @@
+"""End to end: real worker processes over real gRPC collectives, via the launcher."""
+
+import os
+import re
+
+import pytest
+import tensorflow as tf
+
+from run_config.strategies import NCCL_WITHOUT_GPU_MESSAGE
+from tests.procs import run_module
+
+TIMEOUT = 240
+
+
+def launch(tmp_path, data_dir, launcher_args, train_args, check=True):
+    model_dir = str(tmp_path / "model")
+    args = [
+        *launcher_args,
+        "--timeout_secs=200",
+        "--",
+        f"--model_dir={model_dir}",
+        f"--data_dir={data_dir}",
+        "--eval_throttle_secs=1",
+        *train_args,
+    ]
+    return run_module("estimator_dist.launch", args, TIMEOUT, model_dir=model_dir, check=check)
+
+
+def assert_final_checkpoint(model_dir, step, step_key="global_step"):
+    latest = tf.train.latest_checkpoint(model_dir)
+    assert latest and latest.endswith(f"model.ckpt-{step}"), latest
+    reader = tf.train.load_checkpoint(latest)
+    assert reader.get_tensor(step_key) == step
+
+
+def test_two_workers_and_evaluator_over_ring(tmp_path, data_dir):
+    run = launch(
+        tmp_path,
+        data_dir,
+        ["--num_workers=2"],
+        ["--train_steps=150", "--save_checkpoints_steps=50", "--communication=ring"],
+    )
+    final = run.json("eval_metrics.json")
+    assert final["final"] is True
+    assert final["metrics"]["global_step"] == 150
+    assert final["metrics"]["accuracy"] >= 0.85, final
+    assert re.search(r"\[launcher\] final evaluation: global_step=150, accuracy=0\.\d+", run.output)
+    for task in ("chief", "worker-0", "evaluator"):
+        assert f"\n[{task}] " in run.output, f"no output prefixed [{task}]"
+
+    record = run.json("run_record.json")
+    assert record["role"] == "chief-0"
+    assert record["strategy_class"] == "CollectiveAllReduceStrategy"
+    assert (record["communication_requested"], record["communication_used"]) == ("RING", "RING")
+    assert (record["num_workers"], record["num_replicas"]) == (2, 2)
+    assert (record["global_batch_size"], record["per_replica_batch_size"]) == (64, 32)
+    assert record["versions"]["tensorflow"] == tf.__version__
+
+    assert_final_checkpoint(run.model_dir, 150)
+    # Only the chief writes model_dir's checkpoints; the worker's go to tmp_worker_0.
+    assert os.path.isdir(os.path.join(run.model_dir, "tmp_worker_0"))
+    worker_log = open(os.path.join(run.model_dir, "logs", "worker-0.log")).read()
+    assert "pipeline 1 of 2; sharding by file (4 files over 2 pipelines)" in worker_log
+
+
+@pytest.mark.parametrize("communication", ["AUTO", "nccl"])
+def test_auto_and_nccl_without_gpu_run_ring(tmp_path, data_dir, communication):
+    run = launch(
+        tmp_path,
+        data_dir,
+        ["--num_workers=2"],
+        ["--train_steps=40", "--save_checkpoints_steps=20", f"--communication={communication}"],
+    )
+    record = run.json("run_record.json")
+    assert record["communication_requested"] == communication.upper()
+    assert record["communication_used"] == "RING"
+    assert run.json("eval_metrics.json")["metrics"]["global_step"] == 40
+    chief_log = open(os.path.join(run.model_dir, "logs", "chief-0.log")).read()
+    assert (NCCL_WITHOUT_GPU_MESSAGE in chief_log) == (communication.upper() == "NCCL")
+
+
+def test_keras_model_through_the_bridge(tmp_path, data_dir):
+    run = launch(
+        tmp_path,
+        data_dir,
+        ["--num_workers=2"],
+        ["--train_steps=60", "--save_checkpoints_steps=30", "--keras_model=mnist_cnn"],
+    )
+    final = run.json("eval_metrics.json")
+    assert final["final"] and final["metrics"]["global_step"] == 60
+    assert final["metrics"]["accuracy"] > 0.5, final
+    # model_to_estimator writes object-based checkpoints.
+    assert_final_checkpoint(
+        run.model_dir, 60, step_key="estimator_global_step/.ATTRIBUTES/VARIABLE_VALUE"
+    )
+    # model_to_estimator warm-starts from the compiled model's weights.
+    assert tf.train.latest_checkpoint(os.path.join(run.model_dir, "keras"))
+    assert run.json("run_record.json")["config"]["keras_model"] == "mnist_cnn"
+
+
+def test_parameter_server_roles(tmp_path, data_dir):
+    run = launch(
+        tmp_path,
+        data_dir,
+        ["--num_workers=2", "--num_ps=1"],
+        [
+            "--train_steps=60",
+            "--save_checkpoints_steps=30",
+            "--distribution_strategy=parameter_server",
+        ],
+    )
+    record = run.json("run_record.json")
+    assert (record["strategy"], record["num_ps"], record["communication_used"]) == (
+        "parameter_server",
+        1,
+        None,
+    )
+    assert "\n[ps-0] " in run.output
+    assert run.json("eval_metrics.json")["metrics"]["global_step"] >= 60
+
+
+def test_failing_task_stops_every_task(tmp_path, data_dir):
+    run = launch(
+        tmp_path,
+        data_dir,
+        ["--num_workers=2", "--grace_secs=5"],
+        ["--train_steps=1000", "--input_fn=tests.task_inputs:fails_on_worker"],
+        check=False,
+    )
+    assert run.returncode == 1, run.describe()
+    assert "[launcher] job failed: worker-0 exited with code 1" in run.output
+    assert "injected input failure on the worker task" in run.output
+    assert "stopping every task" in run.output
+    assert not os.path.exists(os.path.join(run.model_dir, "eval_metrics.json"))
+
+
+@pytest.mark.parametrize(
+    "launcher_args, train_args, fragment",
+    [
+        (["--num_workers=2"], ["--communication=BOGUS"], "--communication=BOGUS"),
+        (["--num_workers=3"], ["--batch_size=64"], "--num_workers=3"),
+        (["--num_workers=2"], ["--model_fn=nope"], "Unknown model_fn 'nope'"),
+        (["--num_workers=2"], ["--input_fn=mnist"], "tfds build mnist"),
+        (["--num_workers=0"], [], "--num_workers"),
+    ],
+)
+def test_bad_job_fails_before_any_task_starts(
+    tmp_path, data_dir, launcher_args, train_args, fragment
+):
+    run = launch(tmp_path, data_dir, launcher_args, train_args, check=False)
+    assert run.returncode == 2, run.describe()
+    assert fragment in run.output
+    assert "Traceback" not in run.output
+    assert "started" not in run.output
+    assert not os.path.exists(os.path.join(run.model_dir, "logs"))

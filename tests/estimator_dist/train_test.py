@@ -1,0 +1,111 @@
+"""The `estimator_dist.train` entry point, run as a real subprocess."""
+
+import json
+import os
+
+import pytest
+import tensorflow as tf
+
+from tests.procs import run_module
+
+TIMEOUT = 180
+
+
+def train(tmp_path, args, env=None, check=False):
+    model_dir = str(tmp_path / "model")
+    return run_module(
+        "estimator_dist.train", [f"--model_dir={model_dir}", *args], TIMEOUT, env, model_dir, check
+    )
+
+
+def assert_usage_error(run, *fragments):
+    assert run.returncode == 2, run.describe()
+    assert "estimator_dist.train: error: " in run.output
+    for fragment in fragments:
+        assert fragment in run.output, run.output
+    assert "Traceback" not in run.output
+    assert not os.path.exists(run.model_dir), "a usage error must write nothing to model_dir"
+
+
+def test_single_process_without_tf_config(tmp_path, data_dir):
+    run = train(
+        tmp_path,
+        [f"--data_dir={data_dir}", "--train_steps=100", "--save_checkpoints_steps=50"],
+        check=True,
+    )
+    assert "Final evaluation: global_step=100, accuracy=" in run.output
+    final = run.json("eval_metrics.json")
+    assert final["final"] and final["metrics"]["global_step"] == 100
+    assert final["metrics"]["accuracy"] > 0.6
+    record = run.json("run_record.json")
+    assert (record["role"], record["num_workers"], record["num_replicas"]) == ("local", 1, 1)
+    assert tf.train.latest_checkpoint(run.model_dir).endswith("model.ckpt-100")
+
+
+def test_bogus_communication_exits_2(tmp_path):
+    run = train(tmp_path, ["--communication=BOGUS"])
+    assert_usage_error(run, "--communication=BOGUS", "AUTO", "RING", "NCCL", "Fix the flag")
+
+
+@pytest.mark.parametrize(
+    "tf_config, fragment",
+    [
+        ("{not json", "not valid JSON"),
+        (
+            json.dumps({"cluster": {"chief": ["h:1"]}, "task": {"type": "worker", "index": 0}}),
+            "has no such job",
+        ),
+        (
+            json.dumps(
+                {
+                    "cluster": {"chief": ["h:1"], "worker": ["h:2"]},
+                    "task": {"type": "worker", "index": 4},
+                }
+            ),
+            "out of range",
+        ),
+    ],
+)
+def test_malformed_tf_config_exits_2(tmp_path, tf_config, fragment):
+    run = train(tmp_path, [], env={"TF_CONFIG": tf_config})
+    assert_usage_error(run, "Invalid TF_CONFIG", fragment, "TF_CONFIG environment variable")
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["--model_fn=nope"], ["Unknown model_fn 'nope'", "mnist_cnn", "package.module:function"]),
+        (["--input_fn=no.such.module:fn"], ["Cannot import module 'no.such.module'"]),
+        (["--params=optimizer=rmsprop"], ["optimizer 'rmsprop' is unknown"]),
+        (["--params=lerning_rate=0.1"], ["Unknown parameter(s) lerning_rate"]),
+        (["--params=depth"], ["--params item 'depth' is not key=value"]),
+        (["--params=learning_rate=0.5"], ["use --learning_rate"]),
+        (
+            ["--model_fn=mnist_cnn", "--keras_model=mnist_cnn"],
+            ["At most one of (model_fn, keras_model)"],
+        ),
+        (["--train_steps=0"], ["--train_steps"]),
+        (["--input_fn=mnist"], ["tfds build mnist"]),
+        (["stray"], ["unexpected positional arguments ['stray']"]),
+        (["--distribution_strategy=mirrored"], ["trains in one process", "2 workers"]),
+    ],
+)
+def test_fail_with_bad_flags(tmp_path, data_dir, args, fragments):
+    env = None
+    if args == ["--distribution_strategy=mirrored"]:
+        env = {
+            "TF_CONFIG": json.dumps(
+                {
+                    "cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"]},
+                    "task": {"type": "chief", "index": 0},
+                }
+            )
+        }
+    run = train(tmp_path, [f"--data_dir={data_dir}", *args], env=env)
+    assert_usage_error(run, *fragments)
+
+
+def test_missing_model_dir_exits_2():
+    run = run_module("estimator_dist.train", [], TIMEOUT, check=False)
+    assert run.returncode == 2
+    assert "--model_dir" in run.output and "Traceback" not in run.output
