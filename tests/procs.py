@@ -11,9 +11,13 @@ import dataclasses
 import glob
 import json
 import os
+import queue
+import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 from typing import Optional, Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -105,3 +109,67 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+class Background:
+    """A module run in the background in its own process group, read line by line.
+
+    Use as a context manager: on exit the whole group is killed, whatever
+    happened, and the output so far is kept in `lines`.
+    """
+
+    def __init__(self, module: str, args: Sequence[str]) -> None:
+        environ = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+        environ.update({"TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONUNBUFFERED": "1"})
+        self.lines: list = []
+        self._queue: queue.Queue[Optional[str]] = queue.Queue()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", module, *args],
+            cwd=REPO,
+            env=environ,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self._queue.put(line)
+        self._queue.put(None)
+
+    def wait_for_line(self, pattern: str, timeout: float) -> re.Match:
+        """Returns the first match of `pattern` in a new output line; fails at timeout or EOF."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                line = self._queue.get(timeout=max(0.0, remaining))
+            except queue.Empty:
+                raise AssertionError(
+                    f"no line matching {pattern!r} in {timeout} s:\n" + "".join(self.lines)
+                ) from None
+            if line is None:
+                raise AssertionError(
+                    f"output ended before a line matching {pattern!r}:\n" + "".join(self.lines)
+                )
+            self.lines.append(line)
+            match = re.search(pattern, line)
+            if match:
+                return match
+
+    def wait(self, timeout: float) -> int:
+        """Waits for the process to exit and drains its output; returns the exit code."""
+        code = self.process.wait(timeout=timeout)
+        while (line := self._queue.get(timeout=timeout)) is not None:
+            self.lines.append(line)
+        return code
+
+    def __enter__(self) -> Background:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        _kill_group(self.process.pid)
+        self.process.wait()

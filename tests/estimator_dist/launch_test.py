@@ -2,12 +2,13 @@
 
 import os
 import re
+import signal
 
 import pytest
 import tensorflow as tf
 
 from run_config.strategies import NCCL_WITHOUT_GPU_MESSAGE
-from tests.procs import run_module
+from tests.procs import Background, run_module
 
 TIMEOUT = 240
 
@@ -153,3 +154,42 @@ def test_bad_job_fails_before_any_task_starts(
     assert "Traceback" not in run.output
     assert "started" not in run.output
     assert not os.path.exists(os.path.join(run.model_dir, "logs"))
+
+
+def process_exists(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+INTERRUPTS = {
+    # A terminal's Ctrl-C reaches the whole foreground process group.
+    "ctrl-c": lambda process: os.killpg(process.pid, signal.SIGINT),
+    # A scheduler's SIGTERM reaches the launcher only; it must stop the tasks itself.
+    "sigterm": lambda process: process.terminate(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INTERRUPTS))
+def test_interrupt_stops_every_task(tmp_path, data_dir, name):
+    args = [
+        "--num_workers=2",
+        "--grace_secs=5",
+        "--",
+        f"--model_dir={tmp_path}/model",
+        f"--data_dir={data_dir}",
+        "--train_steps=100000",
+    ]
+    with Background("estimator_dist.launch", args) as launcher:
+        pids = [
+            int(launcher.wait_for_line(r"started \S+ \(pid (\d+)\)", 60).group(1)) for _ in range(3)
+        ]
+        launcher.wait_for_line(r"^\[chief\] .*loss = ", 120)
+        INTERRUPTS[name](launcher.process)
+        code = launcher.wait(timeout=60)
+    output = "".join(launcher.lines)
+    assert code == 130, output
+    assert "[launcher] interrupted; stopping every task" in output
+    assert [pid for pid in pids if process_exists(pid)] == [], output
