@@ -53,6 +53,26 @@ class Run:
             return json.load(stream)
 
 
+def start_module(module: str, args: Sequence[str], env: Optional[dict] = None) -> subprocess.Popen:
+    """Starts `python -m module args...` from the repository root in a new session.
+
+    TF_CONFIG is removed from the environment unless `env` gives it.
+    """
+    environ = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    environ.update({"TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONUNBUFFERED": "1"})
+    environ.update(env or {})
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO,
+        env=environ,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
 def run_module(
     module: str,
     args: Sequence[str],
@@ -74,20 +94,8 @@ def run_module(
     Returns:
       The finished `Run`.
     """
-    environ = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-    environ.update({"TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONUNBUFFERED": "1"})
-    environ.update(env or {})
-    command = [sys.executable, "-m", module, *args]
-    process = subprocess.Popen(
-        command,
-        cwd=REPO,
-        env=environ,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    process = start_module(module, args, env)
+    command = process.args
     try:
         output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -119,20 +127,9 @@ class Background:
     """
 
     def __init__(self, module: str, args: Sequence[str]) -> None:
-        environ = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-        environ.update({"TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONUNBUFFERED": "1"})
         self.lines: list = []
         self._queue: queue.Queue[Optional[str]] = queue.Queue()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", module, *args],
-            cwd=REPO,
-            env=environ,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
+        self.process = start_module(module, args)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
