@@ -27,15 +27,17 @@ import inspect
 import json
 import os
 import platform
+import re
 import socket
 import time
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional, Union
 
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist.cluster import EVALUATOR, ClusterConfig
-from estimator_dist.errors import UsageError
+from estimator_dist.cluster import CHIEF, EVALUATOR, PS, ClusterConfig
+from estimator_dist.errors import PeerFailureError, UsageError
+from estimator_dist.watchdog import EvaluatorWatchdog, Watchdog
 from input_fns import INPUT_FNS, prepare_input
 from model_fns import KERAS_MODELS, MODEL_FNS
 from run_config.run_config import RunConfigOptions, make_run_config
@@ -45,6 +47,13 @@ from run_config.strategies import Strategies, StrategyConfig, make_strategies
 METRICS_FILE = "eval_metrics.json"
 #: Written by the chief (or a single process) before training starts.
 RUN_RECORD_FILE = "run_record.json"
+#: Errors of collective operations and lost peers, fatal once training runs.
+PEER_ERRORS = (
+    tf.errors.AbortedError,
+    tf.errors.UnavailableError,
+    tf.errors.DeadlineExceededError,
+    tf.errors.CancelledError,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +75,11 @@ class JobConfig:
       strategy: Training distribution strategy.
       eval_strategy: Evaluation strategy name (`off`, `mirrored`, `one_device`).
       eval_throttle_secs: Least seconds between two evaluations.
+      startup_timeout: Seconds a training task may take to complete its
+        first step (cluster assembly included) before it fails.
+      stall_timeout: Seconds the global step may stay the same before the
+        task fails; on the evaluator, seconds without a new checkpoint while
+        the chief is unreachable.
       run: Checkpoint, summary and thread settings; holds `model_dir`.
     """
 
@@ -83,8 +97,13 @@ class JobConfig:
     strategy: StrategyConfig = StrategyConfig()
     eval_strategy: str = "off"
     eval_throttle_secs: int = 5
+    startup_timeout: float = 600.0
+    stall_timeout: float = 600.0
 
     def __post_init__(self) -> None:
+        for name in ("startup_timeout", "stall_timeout"):
+            if getattr(self, name) <= 0:
+                raise UsageError(f"{name} must be positive, received {getattr(self, name)}.")
         if self.train_steps < 1:
             raise UsageError(f"train_steps must be at least 1, received {self.train_steps}.")
         if self.eval_steps is not None and self.eval_steps < 1:
@@ -388,6 +407,46 @@ def preflight(job: JobConfig) -> Preflight:
     return Preflight(input_fn, model_fn, None)
 
 
+def _error_summary(error: tf.errors.OpError) -> str:
+    """Returns the line of a TensorFlow error that says what happened."""
+    lines = [line.strip() for line in error.message.splitlines() if line.strip()]
+    noise = (
+        "Graph execution error",
+        "Detected at",
+        "Additional GRPC",
+        ":{",
+        "File ",
+        "Node:",
+        "From ",
+    )
+    useful = [line for line in lines if not line.startswith(noise)]
+    summary = (useful or lines or [type(error).__name__])[0][:300]
+    peer = re.search(r"remote target /job:(\w+)/replica:\d+/task:(\d+)", error.message)
+    return f"{summary}; peer {peer.group(1)}-{peer.group(2)}" if peer else summary
+
+
+def _start_watchdog(
+    job: JobConfig, cluster: ClusterConfig
+) -> Optional[Union[Watchdog, EvaluatorWatchdog]]:
+    """Starts the fail-fast watchdog of a chief, worker or evaluator of a cluster."""
+    if not cluster.is_distributed or cluster.task_type == PS:
+        return None
+    peers = {
+        f"{name}-{index}": address
+        for name, addresses in cluster.jobs.items()
+        for index, address in enumerate(addresses)
+        if (name, index) != (cluster.task_type, cluster.task_index)
+    }
+    if cluster.task_type == EVALUATOR:
+        watchdog = EvaluatorWatchdog(
+            cluster.role, job.run.model_dir, {"chief-0": cluster.jobs[CHIEF][0]}, job.stall_timeout
+        )
+    else:
+        watchdog = Watchdog(cluster.role, peers, job.startup_timeout, job.stall_timeout)
+    watchdog.start()
+    return watchdog
+
+
 def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]:
     """Runs `tf.estimator.train_and_evaluate` for this task of the job.
 
@@ -456,8 +515,22 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
         start_delay_secs=0,
         throttle_secs=job.eval_throttle_secs,
     )
+    watchdog = _start_watchdog(job, cluster)
+    if isinstance(watchdog, Watchdog):
+        train_spec = train_spec._replace(hooks=(*train_spec.hooks, watchdog.hook()))
     started = time.monotonic()
-    tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+    try:
+        tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+    except PEER_ERRORS as error:
+        logging.error("Collective failure, full TensorFlow error: %s", error.message)
+        step = watchdog.step if isinstance(watchdog, Watchdog) else None
+        raise PeerFailureError(
+            f"{type(error).__name__} at global step {step} after "
+            f"{time.monotonic() - started:.1f} s ({_error_summary(error)}). A peer task died or "
+            "the network between tasks failed; restart the whole job from its latest checkpoint."
+        ) from None
+    if watchdog is not None:
+        watchdog.stop()
     logging.info("Task %s finished in %.1f s.", cluster.role, time.monotonic() - started)
     if cluster.task_type in (None, EVALUATOR):
         return exporter.final_metrics

@@ -24,3 +24,7 @@ class DatasetNotFoundError(UsageError):
 
 class RegistryError(UsageError):
     """A name or `module:function` path does not resolve to a callable."""
+
+
+class PeerFailureError(Error):
+    """A collective operation failed: a peer died, or the network between tasks failed."""

@@ -93,9 +93,28 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     )
     flags.DEFINE_float(
         "collective_timeout",
-        None,
-        "Seconds a collective may take before the task fails; default: no limit.",
+        120,
+        "Seconds a collective operation may wait for its peers before the task fails "
+        "(exit 150); 0 waits forever. Shorter detects partitions sooner; longer survives "
+        "slow peers (long checkpoint saves, network blips).",
         lower_bound=0.0,
+        flag_values=f,
+    )
+    flags.DEFINE_float(
+        "startup_timeout",
+        600,
+        "Seconds for the cluster to assemble and run the first step before a training "
+        "task fails (exit 151), naming the peers it cannot reach.",
+        lower_bound=1.0,
+        flag_values=f,
+    )
+    flags.DEFINE_float(
+        "stall_timeout",
+        600,
+        "Seconds the global step may stay the same before a training task fails "
+        "(exit 152); on the evaluator, seconds without a new checkpoint while the chief "
+        "is unreachable.",
+        lower_bound=1.0,
         flag_values=f,
     )
     flags.DEFINE_enum(
@@ -199,6 +218,8 @@ def job_from_flags(f: flags.FlagValues = flags.FLAGS) -> JobConfig:
             ),
             eval_strategy=f.eval_distribution_strategy,
             eval_throttle_secs=f.eval_throttle_secs,
+            startup_timeout=f.startup_timeout,
+            stall_timeout=f.stall_timeout,
         )
     except UsageError:
         raise
@@ -232,16 +253,21 @@ def main(argv: Sequence[str]) -> int:
         usage_exit(
             PROGRAM, f"unexpected positional arguments {list(argv[1:])}; every setting is a --flag."
         )
-    from estimator_dist import driver
     from estimator_dist.cluster import parse_tf_config
-    from estimator_dist.errors import UsageError
+    from estimator_dist.errors import PeerFailureError, UsageError
 
     try:
         cluster = parse_tf_config(os.environ.get("TF_CONFIG"))
         job = job_from_flags(flags.FLAGS)
+        from estimator_dist import driver
+
         metrics = driver.train_and_evaluate(job, cluster)
     except UsageError as error:
         usage_exit(PROGRAM, str(error))
+    except PeerFailureError as error:
+        from estimator_dist import exit_codes, watchdog
+
+        watchdog.fail(cluster.role, exit_codes.PEER_FAILURE, str(error))
     if metrics is not None:
         print(f"Final evaluation: {driver.format_metrics(metrics)}", flush=True)
     return 0

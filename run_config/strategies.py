@@ -62,13 +62,15 @@ class StrategyConfig:
       communication: RING, NCCL or AUTO, any case; used by
         `multi_worker_mirrored` only.
       collective_timeout_seconds: Deadline for each collective operation, or
-        None for no deadline. A dead peer then fails the job instead of
-        hanging it.
+        None for none. With a deadline, a peer that stops answering (a
+        network partition, a frozen host) fails the job instead of hanging
+        it; too short a deadline fails healthy jobs whose peers are slow
+        for a while (a long checkpoint save, a network blip).
     """
 
     name: str = MULTI_WORKER_MIRRORED
     communication: str = "AUTO"
-    collective_timeout_seconds: Optional[float] = None
+    collective_timeout_seconds: Optional[float] = 120.0
 
     def __post_init__(self) -> None:
         name = str(self.name).lower()

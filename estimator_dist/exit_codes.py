@@ -1,0 +1,41 @@
+"""Process exit codes, readable by a scheduler's restart policy.
+
+Codes 1 to 127 mean "do not retry": the same command would fail again.
+Codes 128 to 255 mean "retry": restarting the whole job from its latest
+checkpoint can succeed. This is how Kubeflow's `ExitCode` restart policy reads
+them, and how `estimator_dist.launch` decides whether to restart.
+
+| code | name | meaning |
+|---|---|---|
+| 0 | OK | the task finished |
+| 1 | FAILURE | an unexpected error; see the traceback |
+| 2 | USAGE | bad flag, TF_CONFIG, name, parameter or missing data |
+| 4 | CLUSTER_MISMATCH | the tasks disagree on the cluster or the job settings |
+| 150 | PEER_FAILURE | a collective operation failed: a peer died or the network failed |
+| 151 | CLUSTER_TIMEOUT | the cluster did not assemble before the start-up deadline |
+| 152 | STALLED | the global step did not move for the stall timeout |
+| 153 | SESSION_RECOVERY | TensorFlow tried to restore this task alone, which diverges |
+| 154 | PORT_IN_USE | this task's port is taken by another process |
+"""
+
+OK = 0
+FAILURE = 1
+USAGE = 2
+CLUSTER_MISMATCH = 4
+PEER_FAILURE = 150
+CLUSTER_TIMEOUT = 151
+STALLED = 152
+SESSION_RECOVERY = 153
+PORT_IN_USE = 154
+
+
+def is_retryable(code: int) -> bool:
+    """Whether restarting the job may help: killed by a signal, or a code of 128 or more.
+
+    Args:
+      code: A `subprocess` return code; negative means killed by that signal.
+
+    >>> is_retryable(PEER_FAILURE), is_retryable(USAGE), is_retryable(-9)
+    (True, False, True)
+    """
+    return code < 0 or code >= 128

@@ -1,0 +1,254 @@
+"""Make a stuck or diverging task fail fast with a distinct exit code.
+
+TensorFlow 2.15 multi-worker Estimator training does not end by itself when
+something goes wrong (see ../shared/FACTS.md): a killed peer leaves the others
+looping, a peer that never starts blocks the rest, and a transient error makes
+one worker silently restore the last checkpoint on its own while the others
+go on. `Watchdog` runs a thread beside training and ends the process, with a
+message naming the task, the step and the cause, when:
+
+* no training step completes before the start-up deadline (exit 151), naming
+  the peers that cannot be reached;
+* the global step does not move for the stall timeout (exit 152);
+* TensorFlow re-creates the session after training started (exit 153).
+
+`arm_fail_fast()` makes MonitoredSession treat the errors it would silently
+recover from (AbortedError, UnavailableError) as fatal once the first step is
+done; they then reach `estimator_dist.train`, which exits 150. Before the first
+step the recovery stays, so a peer that starts late is still waited for.
+
+It ends the process with `os._exit`: the main thread may be blocked inside a
+collective op and would never see an exception.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from typing import Callable, Mapping, Optional
+
+import tensorflow as tf
+from absl import logging
+from tensorflow.python.training import monitored_session
+
+from estimator_dist import exit_codes
+
+#: Printed (and logged) before a watchdog exit; tests match the prefix.
+FAILURE_PREFIX = "estimator_dist: task {role} failed"
+
+
+def fail(role: str, code: int, cause: str) -> None:
+    """Logs one line naming the task and cause, then ends the process with `code`."""
+    message = f"{FAILURE_PREFIX.format(role=role)} (exit {code}): {cause}"
+    logging.error(message)
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(code)
+
+
+def arm_fail_fast() -> None:
+    """Stops MonitoredSession from silently re-creating a session after a peer error."""
+    monitored_session._PREEMPTION_ERRORS = ()
+
+
+def unreachable(peers: Mapping[str, str], timeout: float = 2.0) -> list:
+    """Returns the names of the peers whose address refuses or ignores a TCP connect."""
+    missing = []
+    for name, address in peers.items():
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+                pass
+        except OSError:
+            missing.append(f"{name} ({address})")
+    return missing
+
+
+class Watchdog:
+    """Ends this task when training does not start, stalls, or silently recovers.
+
+    Args:
+      role: This task's name, e.g. `worker-1`.
+      peers: Name to address of the other tasks, probed when start-up fails.
+      startup_timeout: Seconds from `start()` to the first completed step.
+      stall_timeout: Seconds the global step may stay the same afterwards.
+      exit_fn: Called as `exit_fn(role, code, cause)`; `fail` by default.
+      clock: Monotonic clock, replaceable in tests.
+    """
+
+    def __init__(
+        self,
+        role: str,
+        peers: Mapping[str, str],
+        startup_timeout: float,
+        stall_timeout: float,
+        exit_fn: Callable[[str, int, str], None] = fail,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._role = role
+        self._peers = dict(peers)
+        self._startup_timeout = startup_timeout
+        self._stall_timeout = stall_timeout
+        self._exit = exit_fn
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._started_at = clock()
+        self._last_progress: Optional[float] = None
+        self._step: Optional[int] = None
+        self._sessions = 0
+
+    @property
+    def step(self) -> Optional[int]:
+        """The last global step seen, or None before the first step."""
+        return self._step
+
+    def start(self) -> None:
+        """Starts the checking thread; the start-up deadline counts from now."""
+        self._started_at = self._clock()
+        interval = max(0.5, min(5.0, self._startup_timeout / 10, self._stall_timeout / 10))
+        thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
+        thread.start()
+
+    def stop(self) -> None:
+        """Stops the checking thread."""
+        self._stop.set()
+
+    def _run(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            self.check()
+
+    def check(self) -> None:
+        """Ends the process if a deadline has passed; called by the thread."""
+        now = self._clock()
+        with self._lock:
+            last, step = self._last_progress, self._step
+        if last is None and now - self._started_at > self._startup_timeout:
+            missing = unreachable(self._peers)
+            where = (
+                f"unreachable: {', '.join(missing)}"
+                if missing
+                else "every peer accepts connections, but no step ran"
+            )
+            self._exit(
+                self._role,
+                exit_codes.CLUSTER_TIMEOUT,
+                f"no training step within the start-up timeout of {self._startup_timeout:g} s "
+                f"({where}). Start every task of the cluster, or raise --startup_timeout.",
+            )
+        elif last is not None and now - last > self._stall_timeout:
+            self._exit(
+                self._role,
+                exit_codes.STALLED,
+                f"the global step stayed at {step} for {now - last:.0f} s (stall timeout "
+                f"{self._stall_timeout:g} s); a peer is stuck or gone. Restart the job from "
+                "its latest checkpoint, or raise --stall_timeout for very slow steps.",
+            )
+
+    def session_created(self) -> None:
+        """Records a (re-)created session; a second one after training started is fatal."""
+        with self._lock:
+            self._sessions += 1
+            recovered = self._sessions > 1 and self._step is not None
+        if recovered:
+            self._exit(
+                self._role,
+                exit_codes.SESSION_RECOVERY,
+                f"TensorFlow re-created this task's session at step {self._step}, which would "
+                "restore the last checkpoint on this task alone and diverge from the others. "
+                "Restart the whole job from its latest checkpoint instead.",
+            )
+
+    def progress(self, step: int) -> None:
+        """Records a completed step; the first one arms fail-fast."""
+        with self._lock:
+            first = self._last_progress is None
+            if first or step != self._step:
+                self._last_progress = self._clock()
+            self._step = step
+        if first:
+            arm_fail_fast()
+            logging.info(
+                "estimator_dist: task %s ran its first step (global step %d).", self._role, step
+            )
+
+    def hook(self) -> tf.compat.v1.train.SessionRunHook:
+        """Returns the hook that reports sessions and steps to this watchdog."""
+        return _WatchdogHook(self)
+
+
+class _WatchdogHook(tf.compat.v1.train.SessionRunHook):
+    def __init__(self, watchdog: Watchdog) -> None:
+        self._watchdog = watchdog
+        self._global_step: Optional[tf.Tensor] = None
+
+    def begin(self) -> None:
+        self._global_step = tf.compat.v1.train.get_global_step()
+
+    def after_create_session(self, session: tf.compat.v1.Session, coord: object) -> None:
+        self._watchdog.session_created()
+
+    def before_run(self, run_context: object) -> tf.compat.v1.train.SessionRunArgs:
+        return tf.compat.v1.train.SessionRunArgs(self._global_step)
+
+    def after_run(self, run_context: object, run_values: object) -> None:
+        self._watchdog.progress(int(run_values.results))
+
+
+class EvaluatorWatchdog:
+    """Ends the evaluator when no checkpoint comes and the chief is gone.
+
+    The evaluator polls for checkpoints until one reaches the last step, so
+    it would wait forever if training died. It fails when no new checkpoint
+    appeared for `stall_timeout` seconds and the chief cannot be reached.
+
+    Args:
+      role: This task's name.
+      model_dir: Where the chief writes checkpoints.
+      chief: Name to address of the chief.
+      stall_timeout: Seconds without a new checkpoint before the chief is probed.
+      exit_fn: Called as `exit_fn(role, code, cause)`; `fail` by default.
+    """
+
+    def __init__(
+        self,
+        role: str,
+        model_dir: str,
+        chief: Mapping[str, str],
+        stall_timeout: float,
+        exit_fn: Callable[[str, int, str], None] = fail,
+    ) -> None:
+        self._role = role
+        self._model_dir = model_dir
+        self._chief = dict(chief)
+        self._stall_timeout = stall_timeout
+        self._exit = exit_fn
+        self._stop = threading.Event()
+
+    def start(self) -> None:
+        """Starts watching in a daemon thread."""
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def stop(self) -> None:
+        """Stops watching."""
+        self._stop.set()
+
+    def _run(self) -> None:
+        checkpoint = tf.train.latest_checkpoint(self._model_dir)
+        changed = time.monotonic()
+        while not self._stop.wait(max(0.5, min(5.0, self._stall_timeout / 10))):
+            latest = tf.train.latest_checkpoint(self._model_dir)
+            if latest != checkpoint:
+                checkpoint, changed = latest, time.monotonic()
+            elif time.monotonic() - changed > self._stall_timeout and unreachable(self._chief):
+                self._exit(
+                    self._role,
+                    exit_codes.STALLED,
+                    f"no new checkpoint in {self._model_dir} for {self._stall_timeout:g} s "
+                    f"(latest: {checkpoint}) and the chief ({', '.join(self._chief.values())}) "
+                    "is unreachable: training ended or failed before the last step.",
+                )
