@@ -37,6 +37,7 @@ from absl import logging
 
 from estimator_dist.cluster import CHIEF, EVALUATOR, PS, ClusterConfig
 from estimator_dist.errors import PeerFailureError, UsageError
+from estimator_dist.rendezvous import rendezvous
 from estimator_dist.watchdog import EvaluatorWatchdog, Watchdog
 from input_fns import INPUT_FNS, prepare_input
 from model_fns import KERAS_MODELS, MODEL_FNS
@@ -425,6 +426,24 @@ def _error_summary(error: tf.errors.OpError) -> str:
     return f"{summary}; peer {peer.group(1)}-{peer.group(2)}" if peer else summary
 
 
+def job_view(job: JobConfig, cluster: ClusterConfig) -> dict:
+    """The settings every task of a cluster must agree on, for the rendezvous."""
+    model_dir = job.run.model_dir
+    return {
+        "cluster": {name: list(addresses) for name, addresses in cluster.jobs.items()},
+        "model_dir": model_dir if "://" in model_dir else os.path.abspath(model_dir),
+        "strategy": job.strategy.name,
+        "communication": job.strategy.communication,
+        "collective_timeout": job.strategy.collective_timeout_seconds,
+        "train_steps": job.train_steps,
+        "batch_size": job.batch_size,
+        "model": job.keras_model or job.model_fn,
+        "input_fn": job.input_fn,
+        "params": job.to_dict()["params"],
+        "tensorflow": tf.__version__,
+    }
+
+
 def _start_watchdog(
     job: JobConfig, cluster: ClusterConfig
 ) -> Optional[Union[Watchdog, EvaluatorWatchdog]]:
@@ -475,6 +494,7 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
         logging.info("TF_CONFIG: %s.", note)
 
     checked = preflight(job)
+    rendezvous(cluster, job_view(job, cluster), job.startup_timeout)
     strategies = make_strategies(job.strategy, job.eval_strategy, cluster)
     train = strategies.train_distribute
     num_replicas = train.num_replicas_in_sync if train and cluster.task_type != EVALUATOR else 1

@@ -1,17 +1,24 @@
-"""The package's exceptions.
+"""The package's exceptions, each with the exit code an entry point ends with.
 
 Every exception raised on purpose by estimator-dist derives from `Error`.
 `UsageError` marks a problem the user fixes by changing a flag, a TF_CONFIG
-or a data path: entry points print its message and exit with code 2.
+or a data path: entry points print its message and exit with code 2. See
+`estimator_dist.exit_codes` for what each code means to a scheduler.
 """
+
+from estimator_dist import exit_codes
 
 
 class Error(Exception):
     """Base class of the errors estimator-dist raises on purpose."""
 
+    exit_code = exit_codes.FAILURE
+
 
 class UsageError(Error, ValueError):
     """A bad flag, parameter, TF_CONFIG or data path; exit code 2."""
+
+    exit_code = exit_codes.USAGE
 
 
 class ClusterConfigError(UsageError):
@@ -26,5 +33,25 @@ class RegistryError(UsageError):
     """A name or `module:function` path does not resolve to a callable."""
 
 
+class ClusterMismatchError(Error):
+    """The tasks of a cluster disagree on the cluster or the job; exit code 4."""
+
+    exit_code = exit_codes.CLUSTER_MISMATCH
+
+
 class PeerFailureError(Error):
     """A collective operation failed: a peer died, or the network between tasks failed."""
+
+    exit_code = exit_codes.PEER_FAILURE
+
+
+class ClusterTimeoutError(Error):
+    """The cluster did not assemble before the start-up deadline."""
+
+    exit_code = exit_codes.CLUSTER_TIMEOUT
+
+
+class PortInUseError(Error):
+    """This task's port is held by another process."""
+
+    exit_code = exit_codes.PORT_IN_USE

@@ -254,7 +254,7 @@ def main(argv: Sequence[str]) -> int:
             PROGRAM, f"unexpected positional arguments {list(argv[1:])}; every setting is a --flag."
         )
     from estimator_dist.cluster import parse_tf_config
-    from estimator_dist.errors import PeerFailureError, UsageError
+    from estimator_dist.errors import Error, UsageError
 
     try:
         cluster = parse_tf_config(os.environ.get("TF_CONFIG"))
@@ -264,10 +264,10 @@ def main(argv: Sequence[str]) -> int:
         metrics = driver.train_and_evaluate(job, cluster)
     except UsageError as error:
         usage_exit(PROGRAM, str(error))
-    except PeerFailureError as error:
-        from estimator_dist import exit_codes, watchdog
+    except Error as error:
+        from estimator_dist.watchdog import fail
 
-        watchdog.fail(cluster.role, exit_codes.PEER_FAILURE, str(error))
+        fail(cluster.role, error.exit_code, str(error))
     if metrics is not None:
         print(f"Final evaluation: {driver.format_metrics(metrics)}", flush=True)
     return 0

@@ -213,6 +213,35 @@ def check_cluster_fits(config: StrategyConfig, cluster: ClusterConfig) -> None:
         )
 
 
+def check_nccl_gpus(config: StrategyConfig, cluster: ClusterConfig, num_gpus: int) -> None:
+    """Refuses NCCL when the training processes on this host outnumber its GPUs.
+
+    NCCL needs a GPU of its own for every process; processes sharing a GPU
+    deadlock or fail inside NCCL. With no GPU at all, RING runs instead.
+
+    Raises:
+      UsageError: if NCCL is requested and 0 < GPUs < processes on this host.
+    """
+    if config.name != MULTI_WORKER_MIRRORED or config.communication != "NCCL" or not num_gpus:
+        return
+    if cluster.task_type not in ("chief", "worker"):
+        return
+    host = cluster.jobs[cluster.task_type][cluster.task_index].rpartition(":")[0]
+    local = [
+        f"{name}-{index}"
+        for name in ("chief", "worker")
+        for index, address in enumerate(cluster.jobs.get(name, ()))
+        if address.rpartition(":")[0] == host
+    ]
+    if len(local) > num_gpus:
+        raise UsageError(
+            f"--communication=NCCL with {len(local)} training processes on host {host} "
+            f"({', '.join(local)}) but {num_gpus} visible GPU(s): NCCL needs one GPU per "
+            "process. Give each process its own GPU (CUDA_VISIBLE_DEVICES), run fewer "
+            "processes per host, or use --communication=RING."
+        )
+
+
 def make_strategies(
     config: StrategyConfig,
     eval_name: str,
@@ -245,6 +274,7 @@ def make_strategies(
     check_cluster_fits(config, cluster)
     if num_gpus is None:
         num_gpus = count_gpus()
+    check_nccl_gpus(config, cluster, num_gpus)
     eval_distribute = get_strategy(StrategyConfig(eval_name), num_gpus)
     if cluster.task_type == EVALUATOR:
         train_distribute = tf.distribute.MirroredStrategy()
