@@ -231,6 +231,12 @@ def _write_json(path: str, data: Mapping[str, Any]) -> None:
     tf.io.gfile.rename(temporary, path, overwrite=True)
 
 
+def checkpoint_step(model_dir: str) -> int:
+    """Returns the global step of the latest checkpoint in `model_dir`, or 0 if none."""
+    latest = tf.train.latest_checkpoint(model_dir)
+    return int(latest.rsplit("-", 1)[1]) if latest else 0
+
+
 def read_final_metrics(model_dir: str) -> Optional[dict]:
     """Returns the final evaluation metrics written to `model_dir`, or None."""
     path = os.path.join(model_dir, METRICS_FILE)

@@ -1,4 +1,4 @@
-"""Process exit codes, readable by a scheduler's restart policy.
+"""Process exit codes, readable by a scheduler's restart policy, and the lines around them.
 
 Codes 1 to 127 mean "do not retry": the same command would fail again.
 Codes 128 to 255 mean "retry": restarting the whole job from its latest
@@ -17,6 +17,11 @@ them, and how `estimator_dist.launch` decides whether to restart.
 | 153 | SESSION_RECOVERY | TensorFlow tried to restore this task alone, which diverges |
 | 154 | PORT_IN_USE | this task's port is taken by another process |
 """
+
+#: Logged by a training task after its first step; the launcher watches for it.
+FIRST_STEP_MARKER = "ran its first step"
+#: Starts the one line a task prints before a fail-fast exit.
+FAILURE_PREFIX = "estimator_dist: task {role} failed"
 
 OK = 0
 FAILURE = 1

@@ -1,35 +1,46 @@
-"""Start a local multi-worker cluster on this machine and supervise it.
+"""Start a local multi-worker cluster on this machine, supervise it, restart it.
 
   python -m estimator_dist.launch --num_workers=2 --evaluator -- \\
       --model_dir=/tmp/run1 --train_steps=500 --communication=RING
 
 Everything after `--` is passed to `estimator_dist.train` on every task; it
 is validated once here first, so a bad flag fails before any process starts.
-The launcher picks free loopback ports, starts one process per task with its
-own TF_CONFIG, prefixes every output line with the task (`[worker-0]`) and
-also writes it to `model_dir/logs/<task>.log`. If any task fails, it stops
-all of them and exits non-zero; otherwise it waits for the evaluator's final
-evaluation and prints the final metrics. Ctrl-C stops every task.
+The launcher runs the cluster inside a private network namespace when the
+system allows it (no port reachable from outside), picks free loopback
+ports, starts one process per task with its own TF_CONFIG, prefixes every
+output line with the task (`[worker-0]`) and appends it to
+`model_dir/logs/<task>.log`.
+
+When any task ends before the job is done, with any exit code, even 0, it
+stops every task (SIGTERM, then SIGKILL after --grace_secs). For a
+retryable cause (a signal, or an exit code of 128 or more, see
+`estimator_dist.exit_codes`) it restarts the whole cluster, which resumes from
+the latest checkpoint in the shared model_dir, up to --max_restarts times with
+exponential backoff. On success it removes the workers' `tmp_worker_*`
+directories and prints the final metrics and each restart with its cause.
+Ctrl-C stops every task.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from typing import IO, List, Optional, Sequence
+from typing import IO, Callable, List, Optional, Sequence
 
 import portpicker
 from absl import app, flags
 
-from estimator_dist import train
-from estimator_dist.cluster import EVALUATOR, PS, ClusterConfig, make_local_cluster
+from estimator_dist import exit_codes, netns, train
+from estimator_dist.cluster import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig, make_local_cluster
 from estimator_dist.errors import UsageError
 
 PROGRAM = "estimator_dist.launch"
@@ -49,6 +60,26 @@ _EVALUATOR = flags.DEFINE_boolean(
     "Run an evaluator task, which evaluates each checkpoint and writes the final metrics.",
 )
 _HOST = flags.DEFINE_string("host", "localhost", "Address the tasks use to reach each other.")
+_NETWORK_ISOLATION = flags.DEFINE_boolean(
+    "network_isolation",
+    True,
+    "Run the cluster in a private network namespace, so that no task port is reachable "
+    "from outside; if the system refuses, warn and run in the host's network. Turn off "
+    "when the tasks must reach the network (remote data or model_dir).",
+)
+_MAX_RESTARTS = flags.DEFINE_integer(
+    "max_restarts",
+    3,
+    "Whole-cluster restarts from the latest checkpoint after a retryable failure.",
+    lower_bound=0,
+)
+_FINISH_TIMEOUT = flags.DEFINE_float(
+    "finish_timeout_secs",
+    300,
+    "After the first training task finishes, seconds the others (and the evaluator's "
+    "final evaluation) may take before the job fails.",
+    lower_bound=1,
+)
 _TIMEOUT = flags.DEFINE_float(
     "timeout_secs",
     0,
@@ -59,13 +90,34 @@ _GRACE = flags.DEFINE_float(
     "grace_secs", 10, "Seconds between SIGTERM and SIGKILL when stopping tasks.", lower_bound=0
 )
 
+#: First line of a launcher whose cluster runs in a private network namespace.
+ISOLATED_MESSAGE = (
+    "network: private network namespace; the job's ports cannot be reached from "
+    "outside this launcher"
+)
+#: First line of a launcher whose cluster runs in the host's network.
+EXPOSED_MESSAGE = (
+    "WARNING: network: the host's network ({reason}); TensorFlow's gRPC servers "
+    "listen on all interfaces without authentication while the job runs"
+)
 
-class JobFailed(Exception):
-    """A task failed, or the job ran out of time; the message says which."""
 
-    def __init__(self, message: str, exit_code: int = 1) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """Why an attempt ended early.
+
+    Attributes:
+      cause: One line naming the task and what happened.
+      exit_code: The code the launcher exits with if it gives up.
+    """
+
+    cause: str
+    exit_code: int
+
+    @property
+    def retryable(self) -> bool:
+        """Whether a restart of the whole cluster may succeed."""
+        return exit_codes.is_retryable(self.exit_code)
 
 
 @dataclasses.dataclass
@@ -78,12 +130,29 @@ class Task:
 
     @property
     def name(self) -> str:
+        """`chief`, `evaluator`, or `worker-<i>` / `ps-<i>`."""
         config = self.config
-        return config.task_type if config.task_type in ("chief", EVALUATOR) else config.role
+        return config.task_type if config.task_type in (CHIEF, EVALUATOR) else config.role
+
+
+def describe_exit(code: int) -> str:
+    """Returns a readable cause for a process return code."""
+    if code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    names = {
+        value: name
+        for name, value in vars(exit_codes).items()
+        if name.isupper() and isinstance(value, int)
+    }
+    return f"exited with code {code}" + (f" ({names[code]})" if code in names else "")
+
+
+def _exit_code_of(code: int) -> int:
+    return 128 - code if code < 0 else code
 
 
 class Launcher:
-    """Starts the tasks of a local cluster and supervises them until the job ends.
+    """Starts the tasks of a local cluster and supervises one attempt at a time.
 
     Tasks stay in the launcher's process group, so Ctrl-C in a terminal, or a
     signal to the group, reaches every one of them too.
@@ -91,18 +160,25 @@ class Launcher:
     Args:
       train_args: Flags for `estimator_dist.train`, the same on every task.
       model_dir: The job's model_dir, where `logs/` goes.
+      checkpoint_step: Returns the global step of the latest checkpoint.
       out: Where prefixed task output is printed.
     """
 
     def __init__(
-        self, train_args: Sequence[str], model_dir: str, out: IO[str] = sys.stdout
+        self,
+        train_args: Sequence[str],
+        model_dir: str,
+        checkpoint_step: Callable[[], int],
+        out: IO[str] = sys.stdout,
     ) -> None:
         self._train_args = list(train_args)
         self._model_dir = model_dir
+        self._checkpoint_step = checkpoint_step
         self._out = out
         self._print_lock = threading.Lock()
-        self._exits: queue.Queue[tuple] = queue.Queue()
+        self._exits: queue.Queue = queue.Queue()
         self.tasks: List[Task] = []
+        self.failed_at: Optional[float] = None
 
     def say(self, message: str) -> None:
         """Prints a launcher line."""
@@ -110,10 +186,12 @@ class Launcher:
             self._out.write(f"[launcher] {message}\n")
             self._out.flush()
 
-    def start(self, configs: Sequence[ClusterConfig]) -> None:
+    def start(self, configs: Sequence[ClusterConfig], attempt: int) -> None:
         """Starts one process per task configuration."""
         log_dir = os.path.join(self._model_dir, "logs")
         os.makedirs(log_dir, exist_ok=True)
+        self.tasks = []
+        self._exits = queue.Queue()
         for config in configs:
             env = dict(os.environ, TF_CONFIG=config.to_json(), PYTHONUNBUFFERED="1")
             process = subprocess.Popen(
@@ -124,46 +202,74 @@ class Launcher:
                 stderr=subprocess.STDOUT,
                 text=True,
             )
-            log = open(os.path.join(log_dir, f"{config.role}.log"), "w")
+            log = open(os.path.join(log_dir, f"{config.role}.log"), "a")
+            log.write(f"===== attempt {attempt} =====\n")
             task = Task(config, process, log)
             self.tasks.append(task)
-            threading.Thread(target=self._pump, args=(task,), daemon=True).start()
+            threading.Thread(target=self._pump, args=(task, self._exits), daemon=True).start()
             self.say(f"started {task.name} (pid {process.pid}) TF_CONFIG={config.to_json()}")
 
-    def _pump(self, task: Task) -> None:
+    def _pump(self, task: Task, exits: queue.Queue) -> None:
         prefix = f"[{task.name}] "
         for line in task.process.stdout:
             task.log.write(line)
             with self._print_lock:
                 self._out.write(prefix + line)
                 self._out.flush()
+            first_step = task.config.task_type == CHIEF and exit_codes.FIRST_STEP_MARKER in line
+            if first_step and self.failed_at is not None:
+                self.say(
+                    f"training resumed {time.monotonic() - self.failed_at:.1f} s after the "
+                    "failure was detected"
+                )
         task.log.close()
-        self._exits.put((task, task.process.wait()))
+        exits.put((task, task.process.wait()))
 
-    def supervise(self, deadline: Optional[float]) -> None:
-        """Waits until training and evaluation end; parameter servers are then stopped.
+    def supervise(
+        self, deadline: Optional[float], train_steps: int, finish_timeout: float
+    ) -> Optional[Failure]:
+        """Waits for this attempt to end.
 
-        Raises:
-          JobFailed: when a task exits non-zero or the deadline passes.
+        Returns:
+          None when every training task and the evaluator finished after the
+          last step; otherwise the first `Failure`.
         """
-        pending = {id(t) for t in self.tasks if t.config.task_type != PS}
+        pending = {id(t): t for t in self.tasks if t.config.task_type != PS}
+        finish_by: Optional[float] = None
         while pending:
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            limits = [t for t in (deadline, finish_by) if t is not None]
+            timeout = max(0.0, min(limits) - time.monotonic()) if limits else None
             try:
                 task, code = self._exits.get(timeout=timeout)
             except queue.Empty:
-                waiting = ", ".join(t.name for t in self.tasks if id(t) in pending)
-                raise JobFailed(f"timed out (--timeout_secs) waiting for {waiting}") from None
-            if code != 0:
-                raise JobFailed(
-                    f"{task.name} exited with code {code}; see its log "
-                    f"{os.path.join(self._model_dir, 'logs', task.config.role + '.log')}",
-                    exit_code=code if 0 < code < 128 else 1,
+                waiting = ", ".join(t.name for t in pending.values())
+                if finish_by is not None and time.monotonic() >= finish_by:
+                    return Failure(
+                        f"{waiting} did not finish within {finish_timeout:g} s after the "
+                        "first training task finished",
+                        exit_codes.STALLED,
+                    )
+                return Failure(
+                    f"timed out (--timeout_secs) waiting for {waiting}", exit_codes.FAILURE
                 )
+            if code != 0:
+                return Failure(f"{task.name} {describe_exit(code)}", _exit_code_of(code))
             if task.config.task_type == PS:
-                raise JobFailed(f"{task.name} exited before training ended")
-            pending.discard(id(task))
+                return Failure(f"{task.name} exited before training ended", exit_codes.STALLED)
+            if task.config.task_type in (CHIEF, WORKER):
+                step = self._checkpoint_step()
+                if step < train_steps:
+                    return Failure(
+                        f"{task.name} exited with code 0 while the latest checkpoint is at "
+                        f"step {step}, before --train_steps={train_steps} (did its input run "
+                        "out? training data must repeat)",
+                        exit_codes.STALLED,
+                    )
+                if finish_by is None:
+                    finish_by = time.monotonic() + finish_timeout
+            del pending[id(task)]
             self.say(f"{task.name} finished")
+        return None
 
     def stop(self, grace_secs: float) -> None:
         """Stops every task still running: SIGTERM, then SIGKILL after `grace_secs`."""
@@ -183,8 +289,20 @@ def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _remove_worker_dirs(model_dir: str) -> None:
+    for path in glob.glob(os.path.join(model_dir, "tmp_worker_*")):
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def main(argv: Sequence[str]) -> int:
     """Validates the training flags, runs the cluster, prints the final metrics."""
+    loopback = _HOST.value in ("localhost", "127.0.0.1", "::1")
+    if _NETWORK_ISOLATION.value and loopback:
+        reason = netns.enter_private_network()
+    else:
+        reason = "--nonetwork_isolation" if loopback else f"--host={_HOST.value} is not loopback"
+    isolation = ISOLATED_MESSAGE if reason is None else EXPOSED_MESSAGE.format(reason=reason)
+
     from estimator_dist import driver
 
     train_args = list(argv[1:])
@@ -207,15 +325,8 @@ def main(argv: Sequence[str]) -> int:
         train.usage_exit(PROGRAM, str(error))
 
     model_dir = job.run.model_dir
-    ports = [portpicker.pick_unused_port() for _ in range(_NUM_WORKERS.value + _NUM_PS.value)]
-    cluster = make_local_cluster(
-        _NUM_WORKERS.value,
-        ports,
-        num_ps=_NUM_PS.value,
-        evaluator=_EVALUATOR.value,
-        host=_HOST.value,
-    )
-    launcher = Launcher(train_args, model_dir)
+    launcher = Launcher(train_args, model_dir, lambda: driver.checkpoint_step(model_dir))
+    launcher.say(isolation)
     launcher.say(
         f"local cluster: {_NUM_WORKERS.value} worker(s), {_NUM_PS.value} ps, evaluator: "
         f"{_EVALUATOR.value}; model_dir {model_dir}"
@@ -223,26 +334,49 @@ def main(argv: Sequence[str]) -> int:
     deadline = time.monotonic() + _TIMEOUT.value if _TIMEOUT.value else None
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     started = time.monotonic()
+    restarts: List[str] = []
     try:
-        launcher.start(cluster.tasks)
-        launcher.supervise(deadline)
-    except JobFailed as failure:
-        launcher.say(f"job failed: {failure}; stopping every task")
-        launcher.stop(_GRACE.value)
-        return failure.exit_code
+        for attempt in range(_MAX_RESTARTS.value + 1):
+            ports = [
+                portpicker.pick_unused_port() for _ in range(_NUM_WORKERS.value + _NUM_PS.value)
+            ]
+            cluster = make_local_cluster(
+                _NUM_WORKERS.value, ports, _NUM_PS.value, _EVALUATOR.value, _HOST.value
+            )
+            launcher.start(cluster.tasks, attempt)
+            failure = launcher.supervise(deadline, job.train_steps, _FINISH_TIMEOUT.value)
+            launcher.failed_at = time.monotonic()
+            launcher.stop(_GRACE.value)
+            if failure is None:
+                break
+            launcher.say(f"attempt {attempt} failed: {failure.cause}; stopped every task")
+            restarts.append(f"attempt {attempt}: {failure.cause}")
+            if not failure.retryable or attempt == _MAX_RESTARTS.value:
+                reason = "not retryable" if not failure.retryable else "no restarts left"
+                launcher.say(f"job failed ({reason}); {len(restarts)} failed attempt(s)")
+                return failure.exit_code
+            backoff = min(2.0**attempt, 30.0)
+            launcher.say(
+                f"restarting the whole cluster from checkpoint step "
+                f"{driver.checkpoint_step(model_dir)} in {backoff:g} s "
+                f"(restart {attempt + 1} of at most {_MAX_RESTARTS.value})"
+            )
+            time.sleep(backoff)
     except KeyboardInterrupt:
         launcher.say("interrupted; stopping every task")
         launcher.stop(_GRACE.value)
         return 130
-    launcher.stop(_GRACE.value)
+    _remove_worker_dirs(model_dir)
     launcher.say(f"job finished in {time.monotonic() - started:.1f} s")
+    for line in restarts:
+        launcher.say(f"restart after {line}")
     metrics = driver.read_final_metrics(model_dir)
     if metrics is not None:
         launcher.say(f"final evaluation: {driver.format_metrics(metrics)}")
     elif _EVALUATOR.value:
         launcher.say(f"the evaluator wrote no final metrics to {model_dir}")
-        return 1
-    return 0
+        return exit_codes.FAILURE
+    return exit_codes.OK
 
 
 def run() -> None:

@@ -116,13 +116,32 @@ def _closing_all(connections: Dict[str, List[socket.socket]]) -> Iterator[None]:
                 conn.close()
 
 
+def _problems(
+    view: Mapping[str, Any], views: Mapping[str, List[dict]], expected: Mapping[str, str]
+) -> List[str]:
+    """Returns every disagreement among the views received so far."""
+    problems = []
+    for role, role_views in sorted(views.items()):
+        if role not in expected:
+            problems.append(f"{role}: not a task of the chief's cluster")
+        if len(role_views) > 1:
+            problems.append(f"{role}: {len(role_views)} tasks claim this role (same index)")
+        for other in role_views:
+            problems.extend(diff_views(view, other, role))
+    return problems
+
+
 def _serve(cluster: ClusterConfig, view: Mapping[str, Any], timeout: float) -> None:
     expected = _expected_roles(cluster)
     deadline = time.monotonic() + timeout
     arrived: Dict[str, List[socket.socket]] = {}
     views: Dict[str, List[dict]] = {}
     with _bind(cluster, cluster.jobs[CHIEF][0]) as server, _closing_all(arrived):
-        while set(arrived) < set(expected) and time.monotonic() < deadline:
+        while (
+            set(arrived) < set(expected)
+            and time.monotonic() < deadline
+            and not _problems(view, views, expected)
+        ):
             server.settimeout(max(0.1, deadline - time.monotonic()))
             try:
                 conn, _ = server.accept()
@@ -135,14 +154,7 @@ def _serve(cluster: ClusterConfig, view: Mapping[str, Any], timeout: float) -> N
             arrived.setdefault(message["role"], []).append(conn)
             views.setdefault(message["role"], []).append(message.get("view", {}))
         missing = sorted(set(expected) - set(arrived))
-        problems = []
-        for role, role_views in sorted(views.items()):
-            if role not in expected:
-                problems.append(f"{role}: not a task of the chief's cluster")
-            if len(role_views) > 1:
-                problems.append(f"{role}: {len(role_views)} tasks claim this role (same index)")
-            for other in role_views:
-                problems.extend(diff_views(view, other, role))
+        problems = _problems(view, views, expected)
         if problems:
             reply = {"ok": False, "error": "mismatch", "problems": problems}
         elif missing:

@@ -36,8 +36,7 @@ from tensorflow.python.training import monitored_session
 
 from estimator_dist import exit_codes
 
-#: Printed (and logged) before a watchdog exit; tests match the prefix.
-FAILURE_PREFIX = "estimator_dist: task {role} failed"
+FAILURE_PREFIX = exit_codes.FAILURE_PREFIX
 
 
 def fail(role: str, code: int, cause: str) -> None:
@@ -173,7 +172,10 @@ class Watchdog:
         if first:
             arm_fail_fast()
             logging.info(
-                "estimator_dist: task %s ran its first step (global step %d).", self._role, step
+                "estimator_dist: task %s %s (global step %d).",
+                self._role,
+                exit_codes.FIRST_STEP_MARKER,
+                step,
             )
 
     def hook(self) -> tf.compat.v1.train.SessionRunHook:
