@@ -138,7 +138,10 @@ class Task:
 def describe_exit(code: int) -> str:
     """Returns a readable cause for a process return code."""
     if code < 0:
-        return f"was killed by {signal.Signals(-code).name}"
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
     names = {
         value: name
         for name, value in vars(exit_codes).items()

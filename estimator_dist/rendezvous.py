@@ -27,6 +27,7 @@ import contextlib
 import json
 import socket
 import time
+import uuid
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from absl import logging
@@ -82,8 +83,8 @@ def _expected_roles(cluster: ClusterConfig) -> Dict[str, str]:
     }
 
 
-def _read_message(conn: socket.socket, deadline: float) -> Optional[dict]:
-    conn.settimeout(max(0.1, min(_IO_TIMEOUT, deadline - time.monotonic())))
+def _read_message(conn: socket.socket, timeout: float) -> Optional[dict]:
+    conn.settimeout(max(0.1, timeout))
     data = b""
     try:
         while not data.endswith(b"\n"):
@@ -102,12 +103,12 @@ def _send(conn: socket.socket, message: Mapping[str, Any]) -> None:
 
 
 @contextlib.contextmanager
-def _closing_all(connections: Dict[str, List[socket.socket]]) -> Iterator[None]:
+def _closing_all(connections: Dict[str, Dict[str, socket.socket]]) -> Iterator[None]:
     try:
         yield
     finally:
         for conns in connections.values():
-            for conn in conns:
+            for conn in conns.values():
                 # Wait for the peer to close first, so TIME_WAIT stays on its side and
                 # TensorFlow can bind this port at once.
                 conn.settimeout(2.0)
@@ -117,7 +118,7 @@ def _closing_all(connections: Dict[str, List[socket.socket]]) -> Iterator[None]:
 
 
 def _problems(
-    view: Mapping[str, Any], views: Mapping[str, List[dict]], expected: Mapping[str, str]
+    view: Mapping[str, Any], views: Mapping[str, Mapping[str, dict]], expected: Mapping[str, str]
 ) -> List[str]:
     """Returns every disagreement among the views received so far."""
     problems = []
@@ -126,7 +127,7 @@ def _problems(
             problems.append(f"{role}: not a task of the chief's cluster")
         if len(role_views) > 1:
             problems.append(f"{role}: {len(role_views)} tasks claim this role (same index)")
-        for other in role_views:
+        for other in role_views.values():
             problems.extend(diff_views(view, other, role))
     return problems
 
@@ -134,8 +135,8 @@ def _problems(
 def _serve(cluster: ClusterConfig, view: Mapping[str, Any], timeout: float) -> None:
     expected = _expected_roles(cluster)
     deadline = time.monotonic() + timeout
-    arrived: Dict[str, List[socket.socket]] = {}
-    views: Dict[str, List[dict]] = {}
+    arrived: Dict[str, Dict[str, socket.socket]] = {}
+    views: Dict[str, Dict[str, dict]] = {}
     with _bind(cluster, cluster.jobs[CHIEF][0]) as server, _closing_all(arrived):
         while (
             set(arrived) < set(expected)
@@ -147,12 +148,16 @@ def _serve(cluster: ClusterConfig, view: Mapping[str, Any], timeout: float) -> N
                 conn, _ = server.accept()
             except OSError:
                 continue
-            message = _read_message(conn, deadline)
+            message = _read_message(conn, min(_IO_TIMEOUT, deadline - time.monotonic()))
             if not message or "role" not in message:
                 conn.close()
                 continue
-            arrived.setdefault(message["role"], []).append(conn)
-            views.setdefault(message["role"], []).append(message.get("view", {}))
+            role, nonce = message["role"], message.get("nonce")
+            previous = arrived.setdefault(role, {}).pop(nonce, None)
+            if previous is not None:
+                previous.close()
+            arrived[role][nonce] = conn
+            views.setdefault(role, {})[nonce] = message.get("view", {})
         missing = sorted(set(expected) - set(arrived))
         problems = _problems(view, views, expected)
         if problems:
@@ -162,7 +167,7 @@ def _serve(cluster: ClusterConfig, view: Mapping[str, Any], timeout: float) -> N
         else:
             reply = {"ok": True}
         for conns in arrived.values():
-            for conn in conns:
+            for conn in conns.values():
                 _send(conn, reply)
     _raise_for(reply, cluster, timeout, expected)
     logging.info("Rendezvous: all %d other task(s) agree with the chief.", len(expected))
@@ -191,6 +196,7 @@ def _join(cluster: ClusterConfig, view: Mapping[str, Any], timeout: float) -> No
     own = cluster.jobs[cluster.task_type][cluster.task_index]
     chief = cluster.jobs[CHIEF][0]
     deadline = time.monotonic() + timeout
+    nonce = uuid.uuid4().hex
     with _bind(cluster, own):
         while time.monotonic() < deadline:
             try:
@@ -199,8 +205,8 @@ def _join(cluster: ClusterConfig, view: Mapping[str, Any], timeout: float) -> No
                 time.sleep(_RETRY_SECS)
                 continue
             with conn:
-                _send(conn, {"role": cluster.role, "view": dict(view)})
-                reply = _read_message(conn, deadline + _IO_TIMEOUT)
+                _send(conn, {"role": cluster.role, "nonce": nonce, "view": dict(view)})
+                reply = _read_message(conn, deadline - time.monotonic() + _IO_TIMEOUT)
             if reply is None:
                 time.sleep(_RETRY_SECS)
                 continue

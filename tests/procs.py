@@ -53,16 +53,19 @@ class Run:
             return json.load(stream)
 
 
-def start_module(module: str, args: Sequence[str], env: Optional[dict] = None) -> subprocess.Popen:
+def start_module(
+    module: str, args: Sequence[str], env: Optional[dict] = None, prefix: Sequence[str] = ()
+) -> subprocess.Popen:
     """Starts `python -m module args...` from the repository root in a new session.
 
-    TF_CONFIG is removed from the environment unless `env` gives it.
+    TF_CONFIG is removed from the environment unless `env` gives it; `prefix`
+    runs the command under another one, such as `ip netns exec NAME`.
     """
     environ = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     environ.update({"TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONUNBUFFERED": "1"})
     environ.update(env or {})
     return subprocess.Popen(
-        [sys.executable, "-m", module, *args],
+        [*prefix, sys.executable, "-m", module, *args],
         cwd=REPO,
         env=environ,
         stdin=subprocess.DEVNULL,
@@ -126,10 +129,16 @@ class Background:
     happened, and the output so far is kept in `lines`.
     """
 
-    def __init__(self, module: str, args: Sequence[str]) -> None:
+    def __init__(
+        self,
+        module: str,
+        args: Sequence[str],
+        env: Optional[dict] = None,
+        prefix: Sequence[str] = (),
+    ) -> None:
         self.lines: list = []
         self._queue: queue.Queue[Optional[str]] = queue.Queue()
-        self.process = start_module(module, args)
+        self.process = start_module(module, args, env, prefix)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -159,10 +168,18 @@ class Background:
 
     def wait(self, timeout: float) -> int:
         """Waits for the process to exit and drains its output; returns the exit code."""
-        code = self.process.wait(timeout=timeout)
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running after {timeout} s:\n{self.output}") from None
         while (line := self._queue.get(timeout=timeout)) is not None:
             self.lines.append(line)
         return code
+
+    @property
+    def output(self) -> str:
+        """Everything read so far."""
+        return "".join(self.lines)
 
     def __enter__(self) -> Background:
         return self

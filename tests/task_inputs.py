@@ -43,3 +43,12 @@ def fails_on_worker(mode, input_context=None, params=None):
     if task.get("type") == "worker":
         raise RuntimeError("injected input failure on the worker task")
     return example_sharded(mode, input_context, params)
+
+
+def finite_on_worker(mode, input_context=None, params=None):
+    """Repeats on the chief but runs out on the worker, as a forgotten `repeat()` does."""
+    task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
+    dataset = example_sharded(mode, input_context, params)
+    if task.get("type") == "worker" and mode == tf.estimator.ModeKeys.TRAIN:
+        return dataset.take(20)
+    return dataset

@@ -57,7 +57,8 @@ def test_defaults_are_multi_worker_mirrored_with_auto():
     config = StrategyConfig()
     assert config.name == "multi_worker_mirrored"
     assert config.communication == "AUTO"
-    assert config.collective_timeout_seconds is None
+    # A dead or partitioned peer must fail the job, not hang it.
+    assert config.collective_timeout_seconds == 120.0
 
 
 @pytest.mark.parametrize(
@@ -320,3 +321,85 @@ def test_check_cluster_fits_accepts_matching_cluster(name, jobs):
 @pytest.mark.parametrize("name", STRATEGY_NAMES)
 def test_check_cluster_fits_accepts_any_strategy_in_one_process(name):
     assert check_cluster_fits(StrategyConfig(name), ClusterConfig()) is None
+
+
+# --- check_nccl_gpus ----------------------------------------------------------
+
+ONE_HOST = {"chief": ["localhost:2000"], "worker": ["localhost:2001"]}
+TWO_HOSTS = {"chief": ["h0:1"], "worker": ["h1:1"]}
+NCCL = StrategyConfig("multi_worker_mirrored", "NCCL")
+
+
+@pytest.mark.parametrize("task_type", ["chief", "worker"])
+def test_fail_with_nccl_and_fewer_gpus_than_processes_on_the_host(task_type):
+    with pytest.raises(UsageError) as raised:
+        strategies.check_nccl_gpus(NCCL, cluster(ONE_HOST, task_type), num_gpus=1)
+    message = str(raised.value)
+    assert "--communication=NCCL with 2 training processes on host localhost" in message
+    assert "(chief-0, worker-0)" in message
+    assert "1 visible GPU(s)" in message
+    assert "CUDA_VISIBLE_DEVICES" in message
+    assert "--communication=RING" in message
+
+
+def test_nccl_lowercase_is_checked_too():
+    config = StrategyConfig("multi_worker_mirrored", "nccl")
+    with pytest.raises(UsageError, match="CUDA_VISIBLE_DEVICES"):
+        strategies.check_nccl_gpus(config, cluster(ONE_HOST, "chief"), num_gpus=1)
+
+
+@pytest.mark.parametrize("num_gpus", [2, 3])
+def test_nccl_with_a_gpu_per_process_is_fine(num_gpus):
+    assert strategies.check_nccl_gpus(NCCL, cluster(ONE_HOST, "chief"), num_gpus) is None
+
+
+def test_nccl_without_gpus_is_fine_because_ring_runs():
+    assert strategies.check_nccl_gpus(NCCL, cluster(ONE_HOST, "worker"), num_gpus=0) is None
+
+
+@pytest.mark.parametrize("communication", ["RING", "AUTO"])
+def test_other_communication_sharing_a_gpu_is_fine(communication):
+    config = StrategyConfig("multi_worker_mirrored", communication)
+    assert strategies.check_nccl_gpus(config, cluster(ONE_HOST, "chief"), num_gpus=1) is None
+
+
+@pytest.mark.parametrize("name", ["mirrored", "parameter_server", "one_device", "off"])
+def test_nccl_with_other_strategies_is_not_checked(name):
+    config = StrategyConfig(name, "NCCL")
+    assert strategies.check_nccl_gpus(config, cluster(ONE_HOST, "chief"), num_gpus=1) is None
+
+
+@pytest.mark.parametrize("task_type", ["chief", "worker"])
+def test_nccl_with_one_process_per_host_is_fine(task_type):
+    assert strategies.check_nccl_gpus(NCCL, cluster(TWO_HOSTS, task_type), num_gpus=1) is None
+
+
+def test_nccl_counts_only_training_processes_on_this_host():
+    jobs = {
+        "chief": ["h0:1"],
+        "worker": ["h0:2", "h0:3", "h1:1"],
+        "ps": ["h0:4", "h1:2"],
+    }
+    assert strategies.check_nccl_gpus(NCCL, cluster(jobs, "worker", 2), num_gpus=1) is None
+    assert strategies.check_nccl_gpus(NCCL, cluster(jobs, "worker", 1), num_gpus=3) is None
+    with pytest.raises(UsageError) as raised:
+        strategies.check_nccl_gpus(NCCL, cluster(jobs, "worker", 0), num_gpus=2)
+    message = str(raised.value)
+    assert "3 training processes on host h0 (chief-0, worker-0, worker-1)" in message
+    assert "worker-2" not in message
+    assert "ps-" not in message
+
+
+@pytest.mark.parametrize("task_type", ["ps", "evaluator"])
+def test_nccl_is_not_checked_on_ps_and_evaluator(task_type):
+    jobs = {"chief": ["localhost:1"], "worker": ["localhost:2"], "ps": ["localhost:3"]}
+    assert strategies.check_nccl_gpus(NCCL, cluster(jobs, task_type), num_gpus=1) is None
+
+
+def test_nccl_is_not_checked_in_one_process():
+    assert strategies.check_nccl_gpus(NCCL, ClusterConfig(), num_gpus=1) is None
+
+
+def test_make_strategies_refuses_nccl_sharing_a_gpu_before_building():
+    with pytest.raises(UsageError, match="CUDA_VISIBLE_DEVICES"):
+        make_strategies(NCCL, "off", cluster(ONE_HOST, "worker"), num_gpus=1)

@@ -1,0 +1,295 @@
+"""Fault injection with real processes: every job finishes, or fails fast naming the cause.
+
+Tasks started by hand (each with its own TF_CONFIG) show what one task does
+on its own; jobs under the launcher show the whole-cluster restart. Every
+process runs in its own process group, bounded by a timeout, and is killed
+when the test ends whatever happens.
+"""
+
+import contextlib
+import glob
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import time
+
+import portpicker
+import pytest
+import tensorflow as tf
+
+from estimator_dist import exit_codes
+from tests.procs import Background
+
+STEP_LINE = r"^\[chief\] .*\] loss = .*step = (\d+)"
+
+
+def task_args(model_dir, data_dir, *extra):
+    return [
+        f"--model_dir={model_dir}",
+        f"--data_dir={data_dir}",
+        "--input_fn=tests.task_inputs:example_sharded",
+        "--log_step_count_steps=10",
+        "--eval_throttle_secs=1",
+        *extra,
+    ]
+
+
+def tf_configs(jobs):
+    """TF_CONFIG of every chief/worker task of `jobs`, by role."""
+    return {
+        f"{name}-{index}": json.dumps({"cluster": jobs, "task": {"type": name, "index": index}})
+        for name, addresses in jobs.items()
+        for index in range(len(addresses))
+    }
+
+
+def local_jobs(num_workers):
+    ports = [portpicker.pick_unused_port() for _ in range(num_workers)]
+    jobs = {"chief": [f"localhost:{ports[0]}"]}
+    if num_workers > 1:
+        jobs["worker"] = [f"localhost:{port}" for port in ports[1:]]
+    return jobs
+
+
+@contextlib.contextmanager
+def tasks(configs, args, prefixes=None):
+    """Starts one `estimator_dist.train` per (role, TF_CONFIG); kills them all on exit."""
+    with contextlib.ExitStack() as stack:
+        yield {
+            role: stack.enter_context(
+                Background(
+                    "estimator_dist.train",
+                    args,
+                    env={"TF_CONFIG": config},
+                    prefix=(prefixes or {}).get(role, ()),
+                )
+            )
+            for role, config in configs.items()
+        }
+
+
+def all_output(processes):
+    return "\n".join(f"===== {role} =====\n{p.output}" for role, p in processes.items())
+
+
+def wait_for_step(process, step, timeout, pattern=r"^I.*\] loss = .*step = (\d+)"):
+    """Waits for a training log line of step N >= step; returns N."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = int(process.wait_for_line(pattern, deadline - time.monotonic()).group(1))
+        if found >= step:
+            return found
+
+
+def test_survivor_exits_soon_after_a_peer_is_killed(tmp_path, data_dir):
+    timeout = 10
+    configs = tf_configs(local_jobs(2))
+    args = task_args(tmp_path, data_dir, "--train_steps=100000", f"--collective_timeout={timeout}")
+    with tasks(configs, args) as procs:
+        wait_for_step(procs["chief-0"], 50, 120)
+        procs["worker-0"].process.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        code = procs["chief-0"].wait(timeout=timeout + 60)
+        elapsed = time.monotonic() - killed
+    output = all_output(procs)
+    print(f"survivor exited {elapsed:.1f} s after its peer was killed")
+    assert code == exit_codes.PEER_FAILURE, output
+    assert elapsed <= timeout + 15, output
+    assert "estimator_dist: task chief-0 failed (exit 150)" in output
+    assert "peer worker-0" in output
+
+
+@pytest.mark.parametrize("seed", [7, 11])
+def test_seeded_kills_under_the_launcher_end_at_exactly_max_steps(tmp_path, data_dir, seed):
+    rng = random.Random(seed)
+    steps = 400
+    args = [
+        "--num_workers=2",
+        "--max_restarts=3",
+        "--grace_secs=3",
+        "--timeout_secs=400",
+        "--",
+        *task_args(tmp_path, data_dir, f"--train_steps={steps}", "--save_checkpoints_steps=50"),
+    ]
+    with Background("estimator_dist.launch", args) as launcher:
+        target = rng.randint(40, 140)
+        for _ in range(2):
+            wait_for_step(launcher, target, 180, STEP_LINE)
+            victim = rng.choice(["chief", "worker-0"])
+            pid = [int(p) for p in re.findall(rf"started {victim} \(pid (\d+)\)", launcher.output)][
+                -1
+            ]
+            os.kill(pid, signal.SIGKILL)
+            target = min(steps - 20, target + rng.randint(80, 160))
+        code = launcher.wait(timeout=300)
+    output = launcher.output
+    assert code == 0, output
+    assert (
+        len(re.findall(r"\[launcher\] restart after attempt \d: \S+ was killed by SIGKILL", output))
+        == 2
+    )
+    resumed = [float(s) for s in re.findall(r"training resumed ([\d.]+) s after", output)]
+    print(f"seed {seed}: training resumed {resumed} s after each failure")
+    assert len(resumed) == 2
+    latest = tf.train.latest_checkpoint(str(tmp_path))
+    assert latest.endswith(f"model.ckpt-{steps}"), latest
+    assert tf.train.load_checkpoint(latest).get_tensor("global_step") == steps
+    final = json.load(open(tmp_path / "eval_metrics.json"))
+    assert final["final"] and final["metrics"]["global_step"] == steps
+    assert not glob.glob(str(tmp_path / "tmp_worker_*"))
+
+
+def test_kill_during_checkpoint_save_leaves_a_loadable_checkpoint(tmp_path, data_dir):
+    configs = tf_configs(local_jobs(2))
+    args = task_args(
+        tmp_path,
+        data_dir,
+        "--train_steps=100000",
+        "--save_checkpoints_steps=1",
+        "--keep_checkpoint_max=3",
+    )
+    with tasks(configs, args) as procs:
+        wait_for_step(procs["chief-0"], 20, 120)
+        deadline = time.monotonic() + 60
+        while not glob.glob(str(tmp_path / "*_temp*")):
+            assert time.monotonic() < deadline, "no checkpoint save in progress seen"
+            time.sleep(0.001)
+        procs["chief-0"].process.send_signal(signal.SIGKILL)
+        procs["chief-0"].wait(timeout=30)
+    assert glob.glob(str(tmp_path / "*_temp*")), "the kill did not land during a save"
+    latest = tf.train.latest_checkpoint(str(tmp_path))
+    reader = tf.train.load_checkpoint(latest)
+    for name in reader.get_variable_to_shape_map():
+        reader.get_tensor(name)
+    step = int(reader.get_tensor("global_step"))
+
+    run = Background(
+        "estimator_dist.launch",
+        [
+            "--num_workers=2",
+            "--noevaluator",
+            "--timeout_secs=200",
+            "--",
+            *task_args(tmp_path, data_dir, f"--train_steps={step + 30}"),
+        ],
+    )
+    with run:
+        assert run.wait(timeout=240) == 0, run.output
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith(f"model.ckpt-{step + 30}")
+
+
+def test_worker_that_never_starts_is_named(tmp_path, data_dir):
+    jobs = local_jobs(3)
+    configs = tf_configs(jobs)
+    del configs["worker-1"]
+    args = task_args(tmp_path, data_dir, "--train_steps=100", "--startup_timeout=8")
+    with tasks(configs, args) as procs:
+        codes = {role: p.wait(timeout=90) for role, p in procs.items()}
+    output = all_output(procs)
+    assert codes == {"chief-0": 151, "worker-0": 151}, output
+    assert f"task(s) worker-1 ({jobs['worker'][1]}) never reached the chief" in output
+    assert not glob.glob(str(tmp_path / "model.ckpt-*"))
+
+
+def test_worker_exiting_0_early_fails_the_job(tmp_path, data_dir):
+    args = [
+        "--num_workers=2",
+        "--max_restarts=1",
+        "--grace_secs=3",
+        "--timeout_secs=300",
+        "--",
+        *task_args(tmp_path, data_dir, "--train_steps=300"),
+        "--input_fn=tests.task_inputs:finite_on_worker",
+    ]
+    with Background("estimator_dist.launch", args) as launcher:
+        code = launcher.wait(timeout=300)
+    output = launcher.output
+    assert code == exit_codes.STALLED, output
+    assert re.search(
+        r"worker-0 exited with code 0 while the latest checkpoint is at step \d+, "
+        r"before --train_steps=300",
+        output,
+    )
+    assert output.count("restarting the whole cluster") == 1
+    assert "job failed (no restarts left)" in output
+
+
+@pytest.mark.parametrize("case", ["extra worker", "reordered"])
+def test_tasks_with_different_cluster_lists_fail_with_a_diff(tmp_path, data_dir, case):
+    jobs = local_jobs(3)
+    configs = tf_configs(jobs)
+    if case == "extra worker":
+        del configs["worker-1"]
+        smaller = {"chief": jobs["chief"], "worker": jobs["worker"][:1]}
+        configs["chief-0"] = tf_configs(smaller)["chief-0"]
+        odd = "worker-0"
+    else:
+        reordered = {"chief": jobs["chief"], "worker": jobs["worker"][::-1]}
+        configs["worker-1"] = tf_configs(reordered)["worker-0"]
+        odd = "worker-1"
+    args = task_args(tmp_path, data_dir, "--train_steps=100", "--startup_timeout=15")
+    with tasks(configs, args) as procs:
+        codes = {role: p.wait(timeout=90) for role, p in procs.items()}
+    output = all_output(procs)
+    assert codes["chief-0"] == exit_codes.CLUSTER_MISMATCH, output
+    assert codes[odd] == exit_codes.CLUSTER_MISMATCH, output
+    assert "the tasks of the cluster disagree" in output
+    assert "cluster: chief has" in output
+
+
+def test_duplicate_task_index_fails_fast(tmp_path, data_dir):
+    configs = tf_configs(local_jobs(2))
+    args = task_args(tmp_path, data_dir, "--train_steps=100000")
+    with tasks(configs, args) as procs:
+        procs["worker-0"].wait_for_line(exit_codes.FIRST_STEP_MARKER, 120)
+        with tasks({"worker-0": configs["worker-0"]}, args) as duplicate:
+            code = duplicate["worker-0"].wait(timeout=60)
+    output = duplicate["worker-0"].output
+    assert code == exit_codes.PORT_IN_USE, output
+    assert "a second task started with the same task index" in output
+
+
+def test_port_already_taken(tmp_path, data_dir):
+    with socket.create_server(("", 0)) as taken:
+        port = taken.getsockname()[1]
+        configs = {
+            "chief-0": json.dumps(
+                {"cluster": {"chief": [f"localhost:{port}"]}, "task": {"type": "chief", "index": 0}}
+            )
+        }
+        with tasks(configs, task_args(tmp_path, data_dir, "--train_steps=10")) as procs:
+            code = procs["chief-0"].wait(timeout=60)
+    output = procs["chief-0"].output
+    assert code == exit_codes.PORT_IN_USE, output
+    assert f"cannot listen on port {port}" in output
+
+
+def listening_ports():
+    output = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True, check=True).stdout
+    return {int(line.split()[3].rsplit(":", 1)[1]) for line in output.splitlines() if line.strip()}
+
+
+@pytest.mark.parametrize("isolated", [True, False])
+def test_launcher_ports_are_hidden_from_the_host(tmp_path, data_dir, isolated):
+    args = [
+        "--num_workers=2",
+        "--network_isolation" if isolated else "--nonetwork_isolation",
+        "--",
+        *task_args(tmp_path, data_dir, "--train_steps=100000"),
+    ]
+    with Background("estimator_dist.launch", args) as launcher:
+        first = launcher.wait_for_line(r"^\[launcher\] ", 60).string
+        launcher.wait_for_line(rf"^\[chief\] .*{exit_codes.FIRST_STEP_MARKER}", 120)
+        job_ports = {int(p) for p in re.findall(r"localhost:(\d+)", launcher.output)}
+        open_ports = listening_ports()
+    assert len(job_ports) == 2, launcher.output
+    if isolated:
+        assert "private network namespace" in first
+        assert not job_ports & open_ports
+    else:
+        assert "WARNING: network: the host's network" in first
+        assert job_ports <= open_ports

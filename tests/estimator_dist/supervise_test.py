@@ -1,0 +1,326 @@
+"""Launcher.supervise: how one attempt's task exits become success or a Failure.
+
+No process is started: `launcher.tasks` holds `Task`s with real
+`ClusterConfig`s and stand-in processes, and the test puts `(task, code)`
+into the launcher's exit queue as the output pumps would. `supervise` runs in
+a thread joined with a bound, so a wrong wait fails instead of hanging.
+"""
+
+import io
+import threading
+import time
+
+import pytest
+
+from estimator_dist import exit_codes
+from estimator_dist.cluster import make_local_cluster
+from estimator_dist.launch import Failure, Launcher, Task, _exit_code_of, describe_exit
+
+pytestmark = pytest.mark.timeout(60)
+
+TRAIN_STEPS = 100
+FAR = 60.0
+
+
+class Job:
+    """A launcher whose tasks are a local cluster's configs, with a settable checkpoint step."""
+
+    def __init__(self, tmp_path, num_workers=2, num_ps=0, evaluator=True, step=TRAIN_STEPS):
+        self.step = step
+        self.out = io.StringIO()
+        self.launcher = Launcher(
+            train_args=[],
+            model_dir=str(tmp_path),
+            checkpoint_step=lambda: self.step,
+            out=self.out,
+        )
+        ports = list(range(20000, 20000 + num_workers + num_ps))
+        cluster = make_local_cluster(num_workers, ports, num_ps=num_ps, evaluator=evaluator)
+        self.launcher.tasks = [
+            Task(config, process=None, log=io.StringIO()) for config in cluster.tasks
+        ]
+        self.by_name = {t.name: t for t in self.launcher.tasks}
+
+    def exit(self, name, code):
+        self.launcher._exits.put((self.by_name[name], code))
+
+    def supervise(self, deadline=None, finish_timeout=FAR, limit=10.0):
+        result = {}
+
+        def target():
+            try:
+                result["value"] = self.launcher.supervise(deadline, TRAIN_STEPS, finish_timeout)
+            except BaseException as error:
+                result["error"] = error
+
+        thread = threading.Thread(target=target, daemon=True)
+        thread.start()
+        thread.join(timeout=limit)
+        assert not thread.is_alive(), f"supervise did not return within {limit} s"
+        if "error" in result:
+            raise result["error"]
+        return result["value"]
+
+
+# --- success ------------------------------------------------------------------
+
+
+def test_every_task_finishing_at_the_last_step_is_success(tmp_path):
+    job = Job(tmp_path)
+    for name in ("worker-0", "chief", "evaluator"):
+        job.exit(name, 0)
+    assert job.supervise() is None
+    for name in ("worker-0", "chief", "evaluator"):
+        assert f"[launcher] {name} finished\n" in job.out.getvalue()
+
+
+def test_success_with_a_deadline_still_in_the_future(tmp_path):
+    job = Job(tmp_path)
+    for name in ("chief", "worker-0", "evaluator"):
+        job.exit(name, 0)
+    assert job.supervise(deadline=time.monotonic() + FAR, finish_timeout=5) is None
+
+
+def test_success_does_not_wait_for_ps_tasks(tmp_path):
+    job = Job(tmp_path, num_ps=1)
+    for name in ("chief", "worker-0", "evaluator"):
+        job.exit(name, 0)
+    assert job.supervise() is None
+    assert "ps-0 finished" not in job.out.getvalue()
+
+
+def test_success_past_the_last_step(tmp_path):
+    job = Job(tmp_path, step=TRAIN_STEPS + 1, evaluator=False)
+    job.exit("chief", 0)
+    job.exit("worker-0", 0)
+    assert job.supervise() is None
+
+
+def test_evaluator_must_finish_too(tmp_path):
+    job = Job(tmp_path)
+    job.exit("chief", 0)
+    job.exit("worker-0", 0)
+    failure = job.supervise(finish_timeout=0.3)
+    assert failure is not None
+    assert failure.cause.startswith("evaluator did not finish within 0.3 s")
+
+
+# --- early exits --------------------------------------------------------------
+
+
+def test_worker_exiting_0_before_the_last_step_fails(tmp_path):
+    job = Job(tmp_path, step=40)
+    job.exit("worker-0", 0)
+    failure = job.supervise()
+    assert isinstance(failure, Failure)
+    assert failure.exit_code == exit_codes.STALLED
+    assert failure.retryable
+    assert failure.cause.startswith("worker-0 exited with code 0")
+    assert "step 40, before --train_steps=100" in failure.cause
+
+
+def test_chief_exiting_0_before_the_last_step_fails(tmp_path):
+    job = Job(tmp_path, step=0)
+    job.exit("chief", 0)
+    failure = job.supervise()
+    assert failure.exit_code == exit_codes.STALLED
+    assert failure.cause.startswith("chief exited with code 0")
+    assert "before --train_steps=100" in failure.cause
+
+
+def test_first_exit_decides_even_if_others_follow(tmp_path):
+    job = Job(tmp_path)
+    job.exit("worker-0", exit_codes.PEER_FAILURE)
+    job.exit("chief", 0)
+    job.exit("evaluator", 0)
+    failure = job.supervise()
+    assert failure.cause.startswith("worker-0 ")
+    assert failure.exit_code == exit_codes.PEER_FAILURE
+
+
+def test_exit_150_is_a_retryable_peer_failure(tmp_path):
+    job = Job(tmp_path)
+    job.exit("chief", 0)
+    job.exit("worker-0", 150)
+    failure = job.supervise()
+    assert failure == Failure("worker-0 exited with code 150 (PEER_FAILURE)", 150)
+    assert "PEER_FAILURE" in failure.cause
+    assert failure.retryable
+
+
+@pytest.mark.parametrize(
+    "code, name",
+    [
+        (exit_codes.CLUSTER_TIMEOUT, "CLUSTER_TIMEOUT"),
+        (exit_codes.STALLED, "STALLED"),
+        (exit_codes.SESSION_RECOVERY, "SESSION_RECOVERY"),
+        (exit_codes.PORT_IN_USE, "PORT_IN_USE"),
+    ],
+)
+def test_retryable_codes_keep_their_code_and_name(tmp_path, code, name):
+    job = Job(tmp_path)
+    job.exit("chief", code)
+    failure = job.supervise()
+    assert failure.exit_code == code
+    assert failure.cause == f"chief exited with code {code} ({name})"
+    assert failure.retryable
+
+
+@pytest.mark.parametrize("code, name", [(1, "FAILURE"), (2, "USAGE"), (4, "CLUSTER_MISMATCH")])
+def test_codes_below_128_are_not_retryable(tmp_path, code, name):
+    job = Job(tmp_path)
+    job.exit("worker-0", code)
+    failure = job.supervise()
+    assert failure.exit_code == code
+    assert failure.cause == f"worker-0 exited with code {code} ({name})"
+    assert not failure.retryable
+
+
+def test_killed_by_sigkill_is_retryable_137(tmp_path):
+    job = Job(tmp_path)
+    job.exit("worker-0", -9)
+    failure = job.supervise()
+    assert failure.cause == "worker-0 was killed by SIGKILL"
+    assert failure.exit_code == 137
+    assert failure.retryable
+
+
+def test_evaluator_failing_fails_the_attempt(tmp_path):
+    job = Job(tmp_path)
+    job.exit("evaluator", 1)
+    failure = job.supervise()
+    assert failure == Failure("evaluator exited with code 1 (FAILURE)", 1)
+
+
+def test_ps_exiting_0_fails_the_attempt(tmp_path):
+    job = Job(tmp_path, num_ps=1)
+    job.exit("ps-0", 0)
+    failure = job.supervise()
+    assert failure == Failure("ps-0 exited before training ended", exit_codes.STALLED)
+    assert failure.retryable
+
+
+def test_ps_killed_fails_the_attempt(tmp_path):
+    job = Job(tmp_path, num_ps=1)
+    job.exit("chief", 0)
+    job.exit("ps-0", -15)
+    failure = job.supervise()
+    assert failure == Failure("ps-0 was killed by SIGTERM", 143)
+
+
+# --- deadlines ----------------------------------------------------------------
+
+
+def test_deadline_passed_with_nothing_exiting_times_out(tmp_path):
+    job = Job(tmp_path)
+    started = time.monotonic()
+    failure = job.supervise(deadline=started + 0.3)
+    elapsed = time.monotonic() - started
+    assert failure.exit_code == exit_codes.FAILURE
+    assert not failure.retryable
+    assert failure.cause == "timed out (--timeout_secs) waiting for chief, worker-0, evaluator"
+    assert 0.25 <= elapsed < 5
+
+
+def test_deadline_already_passed_times_out_at_once(tmp_path):
+    job = Job(tmp_path)
+    started = time.monotonic()
+    failure = job.supervise(deadline=started - 1)
+    assert failure.cause.startswith("timed out (--timeout_secs)")
+    assert time.monotonic() - started < 2
+
+
+def test_timeout_names_only_the_tasks_still_running(tmp_path):
+    job = Job(tmp_path, num_workers=3)
+    job.exit("evaluator", 0)
+    failure = job.supervise(deadline=time.monotonic() + 0.3)
+    assert failure.cause == "timed out (--timeout_secs) waiting for chief, worker-0, worker-1"
+
+
+def test_worker_not_finishing_after_the_chief_fails(tmp_path):
+    job = Job(tmp_path, evaluator=False)
+    job.exit("chief", 0)
+    started = time.monotonic()
+    failure = job.supervise(finish_timeout=0.3)
+    elapsed = time.monotonic() - started
+    assert failure == Failure(
+        "worker-0 did not finish within 0.3 s after the first training task finished",
+        exit_codes.STALLED,
+    )
+    assert failure.retryable
+    assert 0.25 <= elapsed < 5
+
+
+def test_finish_timeout_before_deadline_reports_finish(tmp_path):
+    job = Job(tmp_path)
+    job.exit("worker-0", 0)
+    failure = job.supervise(deadline=time.monotonic() + FAR, finish_timeout=0.3)
+    assert failure.cause.startswith("chief, evaluator did not finish within 0.3 s")
+    assert failure.exit_code == exit_codes.STALLED
+
+
+def test_deadline_before_finish_timeout_reports_timeout(tmp_path):
+    job = Job(tmp_path)
+    job.exit("chief", 0)
+    failure = job.supervise(deadline=time.monotonic() + 0.3, finish_timeout=FAR)
+    assert failure == Failure(
+        "timed out (--timeout_secs) waiting for worker-0, evaluator", exit_codes.FAILURE
+    )
+
+
+def test_finish_timeout_starts_at_the_first_training_task(tmp_path):
+    # The evaluator finishing first does not start the finish timeout.
+    job = Job(tmp_path)
+    job.exit("evaluator", 0)
+    failure = job.supervise(deadline=time.monotonic() + 0.5, finish_timeout=0.1)
+    assert failure.cause.startswith("timed out (--timeout_secs)")
+
+
+# --- describe_exit and _exit_code_of ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "code, description",
+    [
+        (0, "exited with code 0 (OK)"),
+        (1, "exited with code 1 (FAILURE)"),
+        (150, "exited with code 150 (PEER_FAILURE)"),
+        (154, "exited with code 154 (PORT_IN_USE)"),
+        (7, "exited with code 7"),
+        (-15, "was killed by SIGTERM"),
+        (-9, "was killed by SIGKILL"),
+    ],
+)
+def test_describe_exit(code, description):
+    assert describe_exit(code) == description
+
+
+@pytest.mark.parametrize("code, expected", [(-9, 137), (-15, 143), (-2, 130), (0, 0), (150, 150)])
+def test_exit_code_of(code, expected):
+    assert _exit_code_of(code) == expected
+
+
+def test_task_names():
+    cluster = make_local_cluster(3, [1, 2, 3, 4], num_ps=1, evaluator=True)
+    names = [Task(config, None, None).name for config in cluster.tasks]
+    assert names == ["chief", "worker-0", "worker-1", "ps-0", "evaluator"]
+
+
+def test_describe_exit_of_a_real_time_signal():
+    """BUG: signals without a name in `signal.Signals` (35 to 63 on Linux) raise ValueError.
+
+    `supervise` then raises instead of returning a Failure, and the launcher
+    dies without stopping the other tasks.
+    """
+    description = describe_exit(-40)
+    assert description.startswith("was killed by")
+    assert "40" in description
+
+
+def test_supervise_reports_a_task_killed_by_a_real_time_signal(tmp_path):
+    job = Job(tmp_path)
+    job.exit("worker-0", -40)
+    failure = job.supervise()
+    assert failure.cause.startswith("worker-0 was killed by")
+    assert failure.exit_code == 168
+    assert failure.retryable

@@ -1,0 +1,356 @@
+"""Watchdog and EvaluatorWatchdog: fail-fast decisions, with a fake clock and a fake exit.
+
+`Watchdog.check()` is called directly with a clock the test moves by hand, and
+`exit_fn` records its arguments instead of ending the process. Peers are real
+loopback addresses: one held by a listening socket the test opens, one on a
+free port nobody listens on.
+"""
+
+import logging
+import socket
+import threading
+from types import SimpleNamespace
+
+import portpicker
+import pytest
+from tensorflow.python.training import monitored_session
+
+from estimator_dist import exit_codes, watchdog
+from estimator_dist.watchdog import EvaluatorWatchdog, Watchdog, unreachable
+
+pytestmark = pytest.mark.timeout(60)
+
+STARTUP = 10.0
+STALL = 20.0
+
+
+@pytest.fixture(autouse=True)
+def restore_preemption_errors():
+    original = monitored_session._PREEMPTION_ERRORS
+    try:
+        yield original
+    finally:
+        monitored_session._PREEMPTION_ERRORS = original
+
+
+@pytest.fixture
+def listening():
+    """A loopback address that accepts connections, held for the test."""
+    server = socket.create_server(("127.0.0.1", 0))
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def refusing():
+    """A loopback address nobody listens on."""
+    return f"127.0.0.1:{portpicker.pick_unused_port()}"
+
+
+class Clock:
+    def __init__(self, now=1000.0):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+class Exits:
+    """Records `exit_fn(role, code, cause)` calls; `event` is set at the first."""
+
+    def __init__(self):
+        self.calls = []
+        self.event = threading.Event()
+
+    def __call__(self, role, code, cause):
+        self.calls.append((role, code, cause))
+        self.event.set()
+
+    @property
+    def codes(self):
+        return [code for _, code, _ in self.calls]
+
+
+def make_watchdog(peers=None, startup=STARTUP, stall=STALL):
+    clock, exits = Clock(), Exits()
+    dog = Watchdog("worker-1", peers or {}, startup, stall, exit_fn=exits, clock=clock)
+    return dog, clock, exits
+
+
+# --- start-up -----------------------------------------------------------------
+
+
+def test_no_exit_before_the_startup_deadline(refusing):
+    dog, clock, exits = make_watchdog({"chief-0": refusing})
+    dog.check()
+    clock.now += STARTUP
+    dog.check()
+    assert exits.calls == []
+
+
+def test_startup_timeout_names_only_unreachable_peers(refusing, listening):
+    dog, clock, exits = make_watchdog({"chief-0": refusing, "worker-0": listening})
+    clock.now += STARTUP + 0.01
+    dog.check()
+    assert len(exits.calls) == 1
+    role, code, cause = exits.calls[0]
+    assert (role, code) == ("worker-1", exit_codes.CLUSTER_TIMEOUT)
+    assert f"unreachable: chief-0 ({refusing})" in cause
+    assert "worker-0" not in cause
+    assert listening not in cause
+    assert "start-up timeout of 10 s" in cause
+    assert "--startup_timeout" in cause
+
+
+def test_startup_timeout_with_every_peer_reachable_says_so(listening):
+    dog, clock, exits = make_watchdog({"chief-0": listening})
+    clock.now += STARTUP + 1
+    dog.check()
+    assert exits.codes == [exit_codes.CLUSTER_TIMEOUT]
+    cause = exits.calls[0][2]
+    assert "every peer accepts connections, but no step ran" in cause
+    assert "unreachable:" not in cause
+
+
+def test_startup_timeout_names_every_unreachable_peer(refusing):
+    other = f"127.0.0.1:{portpicker.pick_unused_port()}"
+    dog, clock, exits = make_watchdog({"chief-0": refusing, "worker-0": other})
+    clock.now += STARTUP + 1
+    dog.check()
+    cause = exits.calls[0][2]
+    assert f"unreachable: chief-0 ({refusing}), worker-0 ({other})" in cause
+
+
+def test_start_restarts_the_startup_deadline():
+    dog, clock, exits = make_watchdog()
+    clock.now += 100
+    dog.start()
+    try:
+        clock.now += STARTUP
+        dog.check()
+        assert exits.calls == []
+        clock.now += 0.01
+        dog.check()
+        assert exits.codes[-1] == exit_codes.CLUSTER_TIMEOUT
+    finally:
+        dog.stop()
+
+
+def test_started_thread_calls_exit_after_startup_timeout():
+    exits = Exits()
+    dog = Watchdog("chief-0", {}, startup_timeout=0.1, stall_timeout=60, exit_fn=exits)
+    dog.start()
+    try:
+        assert exits.event.wait(timeout=10), "the watchdog thread never called exit_fn"
+    finally:
+        dog.stop()
+    assert exits.calls[0][:2] == ("chief-0", exit_codes.CLUSTER_TIMEOUT)
+
+
+def test_progress_ends_the_startup_deadline(refusing):
+    dog, clock, exits = make_watchdog({"chief-0": refusing}, startup=10, stall=100)
+    clock.now += 5
+    dog.progress(1)
+    clock.now += 50
+    dog.check()
+    assert exits.calls == []
+
+
+# --- stall --------------------------------------------------------------------
+
+
+def test_stall_after_progress_names_the_step():
+    dog, clock, exits = make_watchdog()
+    dog.progress(42)
+    assert dog.step == 42
+    clock.now += STALL
+    dog.check()
+    assert exits.calls == []
+    clock.now += 0.5
+    dog.check()
+    assert len(exits.calls) == 1
+    role, code, cause = exits.calls[0]
+    assert (role, code) == ("worker-1", exit_codes.STALLED)
+    assert "the global step stayed at 42" in cause
+    assert "stall timeout 20 s" in cause
+    assert "--stall_timeout" in cause
+
+
+def test_new_step_resets_the_stall_timer():
+    dog, clock, exits = make_watchdog()
+    dog.progress(1)
+    clock.now += 15
+    dog.progress(2)
+    clock.now += 15  # 30 s after step 1, 15 s after step 2
+    dog.check()
+    assert exits.calls == []
+    clock.now += 5.5  # 20.5 s after step 2
+    dog.check()
+    assert exits.codes == [exit_codes.STALLED]
+    assert "stayed at 2" in exits.calls[0][2]
+
+
+def test_same_step_repeated_does_not_reset_the_stall_timer():
+    dog, clock, exits = make_watchdog()
+    dog.progress(7)
+    clock.now += 15
+    dog.progress(7)
+    clock.now += 5.5  # 20.5 s after step 7 first ran
+    dog.check()
+    assert exits.codes == [exit_codes.STALLED]
+    assert "stayed at 7" in exits.calls[0][2]
+
+
+def test_step_is_none_before_progress():
+    dog, _, _ = make_watchdog()
+    assert dog.step is None
+
+
+# --- sessions -----------------------------------------------------------------
+
+
+def test_sessions_created_before_the_first_step_are_fine():
+    dog, _, exits = make_watchdog()
+    dog.session_created()
+    dog.session_created()
+    assert exits.calls == []
+    dog.progress(0)
+    assert exits.calls == []
+
+
+def test_session_created_after_a_step_is_session_recovery():
+    dog, _, exits = make_watchdog()
+    dog.session_created()
+    dog.progress(3)
+    assert exits.calls == []
+    dog.session_created()
+    assert len(exits.calls) == 1
+    role, code, cause = exits.calls[0]
+    assert (role, code) == ("worker-1", exit_codes.SESSION_RECOVERY)
+    assert "step 3" in cause
+
+
+# --- fail-fast arming ---------------------------------------------------------
+
+
+def test_first_progress_arms_fail_fast(restore_preemption_errors):
+    assert restore_preemption_errors != ()
+    dog, _, _ = make_watchdog()
+    dog.session_created()
+    assert monitored_session._PREEMPTION_ERRORS == restore_preemption_errors
+    dog.progress(1)
+    assert monitored_session._PREEMPTION_ERRORS == ()
+
+
+def test_only_the_first_progress_arms_fail_fast(monkeypatch):
+    armed = []
+    monkeypatch.setattr(watchdog, "arm_fail_fast", lambda: armed.append(True))
+    dog, _, _ = make_watchdog()
+    dog.progress(1)
+    dog.progress(2)
+    dog.progress(2)
+    assert armed == [True]
+
+
+def test_first_progress_logs_the_first_step_marker(caplog):
+    caplog.set_level(logging.INFO)
+    dog, _, _ = make_watchdog()
+    dog.progress(5)
+    dog.progress(6)
+    marked = [
+        r.getMessage() for r in caplog.records if exit_codes.FIRST_STEP_MARKER in r.getMessage()
+    ]
+    assert marked == [
+        f"estimator_dist: task worker-1 {exit_codes.FIRST_STEP_MARKER} (global step 5)."
+    ]
+
+
+# --- hook ---------------------------------------------------------------------
+
+
+def test_hook_reports_sessions_and_steps():
+    dog, _, exits = make_watchdog()
+    hook = dog.hook()
+    hook.after_create_session(session=None, coord=None)
+    hook.after_run(run_context=None, run_values=SimpleNamespace(results=9))
+    assert dog.step == 9
+    hook.after_create_session(session=None, coord=None)
+    assert exits.codes == [exit_codes.SESSION_RECOVERY]
+
+
+# --- unreachable and fail -----------------------------------------------------
+
+
+def test_unreachable_returns_only_refusing_peers(refusing, listening):
+    assert unreachable({"chief-0": refusing, "worker-0": listening}) == [f"chief-0 ({refusing})"]
+    assert unreachable({"worker-0": listening}) == []
+    assert unreachable({}) == []
+
+
+def test_unreachable_accepts_bracketed_ipv6():
+    try:
+        server = socket.create_server(("::1", 0), family=socket.AF_INET6)
+    except OSError:
+        pytest.skip("no IPv6 loopback")
+    with server:
+        address = f"[::1]:{server.getsockname()[1]}"
+        assert unreachable({"chief-0": address}) == []
+
+
+def test_fail_writes_one_line_and_exits_with_the_code(monkeypatch, capsys):
+    exited = []
+    monkeypatch.setattr(watchdog.os, "_exit", exited.append)
+    watchdog.fail("worker-2", exit_codes.STALLED, "the step stayed at 4")
+    assert exited == [exit_codes.STALLED]
+    err = capsys.readouterr().err
+    assert err == "estimator_dist: task worker-2 failed (exit 152): the step stayed at 4\n"
+
+
+# --- EvaluatorWatchdog ----------------------------------------------------------
+
+
+def test_evaluator_watchdog_exits_without_checkpoints_and_chief(tmp_path, refusing):
+    exits = Exits()
+    dog = EvaluatorWatchdog(
+        "evaluator-0", str(tmp_path), {"chief-0": refusing}, stall_timeout=0.2, exit_fn=exits
+    )
+    dog.start()
+    try:
+        assert exits.event.wait(timeout=10), "the evaluator watchdog never called exit_fn"
+    finally:
+        dog.stop()
+    role, code, cause = exits.calls[0]
+    assert (role, code) == ("evaluator-0", exit_codes.STALLED)
+    assert str(tmp_path) in cause
+    assert refusing in cause
+    assert "latest: None" in cause
+
+
+def test_evaluator_watchdog_names_the_latest_checkpoint(tmp_path, refusing):
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-7"\n')
+    (tmp_path / "model.ckpt-7.index").write_bytes(b"")
+    exits = Exits()
+    dog = EvaluatorWatchdog(
+        "evaluator-0", str(tmp_path), {"chief-0": refusing}, stall_timeout=0.2, exit_fn=exits
+    )
+    dog.start()
+    try:
+        assert exits.event.wait(timeout=10), "the evaluator watchdog never called exit_fn"
+    finally:
+        dog.stop()
+    assert exits.calls[0][1] == exit_codes.STALLED
+    assert f"latest: {tmp_path / 'model.ckpt-7'}" in exits.calls[0][2]
+
+
+def test_evaluator_watchdog_waits_while_the_chief_is_reachable(tmp_path, listening):
+    exits = Exits()
+    dog = EvaluatorWatchdog(
+        "evaluator-0", str(tmp_path), {"chief-0": listening}, stall_timeout=0.2, exit_fn=exits
+    )
+    dog.start()
+    try:
+        assert not exits.event.wait(timeout=1.5), exits.calls
+    finally:
+        dog.stop()
