@@ -293,3 +293,92 @@ def test_launcher_ports_are_hidden_from_the_host(tmp_path, data_dir, isolated):
     else:
         assert "WARNING: network: the host's network" in first
         assert job_ports <= open_ports
+
+
+@contextlib.contextmanager
+def two_hosts():
+    """Two network namespaces joined by a veth pair: 10.213.7.1 and 10.213.7.2.
+
+    Yields (namespace names, veth device of the first); removes both after.
+    Skips, saying why, where namespaces cannot be created.
+    """
+    suffix = os.getpid()
+    names = (f"edist-a-{suffix}", f"edist-b-{suffix}")
+    devices = (f"eda{suffix}"[:15], f"edb{suffix}"[:15])
+    setup = [
+        ["ip", "netns", "add", names[0]],
+        ["ip", "netns", "add", names[1]],
+        ["ip", "link", "add", devices[0], "type", "veth", "peer", "name", devices[1]],
+        ["ip", "link", "set", devices[0], "netns", names[0]],
+        ["ip", "link", "set", devices[1], "netns", names[1]],
+    ]
+    for index in range(2):
+        setup += [
+            [
+                "ip",
+                "-n",
+                names[index],
+                "addr",
+                "add",
+                f"10.213.7.{index + 1}/24",
+                "dev",
+                devices[index],
+            ],
+            ["ip", "-n", names[index], "link", "set", devices[index], "up"],
+            ["ip", "-n", names[index], "link", "set", "lo", "up"],
+        ]
+    try:
+        for command in setup:
+            result = subprocess.run(command, capture_output=True, text=True)
+            if result.returncode:
+                pytest.skip(
+                    f"cannot create network namespaces here: {' '.join(command)}: "
+                    f"{result.stderr.strip()}"
+                )
+        yield names, devices[0]
+    finally:
+        for name in names:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+@pytest.mark.parametrize("outage", [3, 60])
+def test_network_partition_between_hosts(tmp_path, data_dir, outage):
+    """A partition longer than the collective timeout fails both tasks; a short one heals."""
+    timeout = 10
+    with two_hosts() as (namespaces, link):
+        port = portpicker.pick_unused_port()
+        jobs = {"chief": [f"10.213.7.1:{port}"], "worker": [f"10.213.7.2:{port}"]}
+        configs = tf_configs(jobs)
+        prefixes = {
+            "chief-0": ("ip", "netns", "exec", namespaces[0]),
+            "worker-0": ("ip", "netns", "exec", namespaces[1]),
+        }
+        steps = 2000 if outage > timeout else 300
+        args = task_args(
+            tmp_path,
+            data_dir,
+            f"--train_steps={steps}",
+            f"--collective_timeout={timeout}",
+            "--save_checkpoints_steps=100",
+        )
+        with tasks(configs, args, prefixes) as procs:
+            wait_for_step(procs["chief-0"], 50, 180)
+            subprocess.run(["ip", "-n", namespaces[0], "link", "set", link, "down"], check=True)
+            cut = time.monotonic()
+            if outage > timeout:
+                codes = {role: p.wait(timeout=outage + 60) for role, p in procs.items()}
+                detected = time.monotonic() - cut
+            else:
+                # The outage lasts `outage` seconds unless the chief dies first.
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    procs["chief-0"].process.wait(timeout=outage)
+                subprocess.run(["ip", "-n", namespaces[0], "link", "set", link, "up"], check=True)
+                codes = {role: p.wait(timeout=240) for role, p in procs.items()}
+    output = all_output(procs)
+    if outage > timeout:
+        print(f"partition detected: both tasks exited {detected:.1f} s after the link went down")
+        assert set(codes.values()) <= {exit_codes.PEER_FAILURE, exit_codes.STALLED}, output
+        assert detected <= timeout + 15, output
+    else:
+        assert codes == {"chief-0": 0, "worker-0": 0}, output
+        assert tf.train.latest_checkpoint(str(tmp_path)).endswith(f"model.ckpt-{steps}")
