@@ -500,12 +500,13 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
         logging.info("TF_CONFIG: %s.", note)
 
     checked = preflight(job)
-    rendezvous(cluster, job_view(job, cluster), job.startup_timeout)
+    # Everything this task can check alone comes before waiting for the others.
     strategies = make_strategies(job.strategy, job.eval_strategy, cluster)
     train = strategies.train_distribute
     num_replicas = train.num_replicas_in_sync if train and cluster.task_type != EVALUATOR else 1
     _check_batch(job, num_replicas, cluster)
     run_config = make_run_config(job.run, train, strategies.eval_distribute)
+    rendezvous(cluster, job_view(job, cluster), job.startup_timeout)
     logging.info(
         "Task %s: strategy %s, communication requested %s, used %s; %d replica(s); "
         "global batch %d.",

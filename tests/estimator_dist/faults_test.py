@@ -382,3 +382,22 @@ def test_network_partition_between_hosts(tmp_path, data_dir, outage):
     else:
         assert codes == {"chief-0": 0, "worker-0": 0}, output
         assert tf.train.latest_checkpoint(str(tmp_path)).endswith(f"model.ckpt-{steps}")
+
+
+def test_transient_error_on_one_worker_fails_the_job_instead_of_diverging(tmp_path, data_dir):
+    configs = tf_configs(local_jobs(2))
+    args = task_args(
+        tmp_path,
+        data_dir,
+        "--train_steps=100000",
+        "--collective_timeout=10",
+        "--model_fn=tests.task_models:transient_error_on_worker",
+    )
+    with tasks(configs, args) as procs:
+        codes = {role: p.wait(timeout=120) for role, p in procs.items()}
+    output = all_output(procs)
+    assert codes["worker-0"] in (exit_codes.PEER_FAILURE, exit_codes.SESSION_RECOVERY), output
+    assert "injected transient error on the worker" in output
+    # TensorFlow's own log line when it silently re-creates a session and restores.
+    assert "a new session will be created" not in output
+    assert codes["chief-0"] in (exit_codes.PEER_FAILURE, exit_codes.STALLED), output

@@ -58,8 +58,9 @@ def test_two_workers_and_evaluator_over_ring(tmp_path, data_dir):
     assert record["versions"]["tensorflow"] == tf.__version__
 
     assert_final_checkpoint(run.model_dir, 150)
-    # Only the chief writes model_dir's checkpoints; the worker's go to tmp_worker_0.
-    assert os.path.isdir(os.path.join(run.model_dir, "tmp_worker_0"))
+    # Only the chief writes model_dir's checkpoints; the worker's own, in tmp_worker_0,
+    # are removed by the launcher after success.
+    assert not os.path.exists(os.path.join(run.model_dir, "tmp_worker_0"))
     worker_log = open(os.path.join(run.model_dir, "logs", "worker-0.log")).read()
     assert "pipeline 1 of 2; sharding by file (4 files over 2 pipelines)" in worker_log
 
@@ -129,9 +130,10 @@ def test_failing_task_stops_every_task(tmp_path, data_dir):
         check=False,
     )
     assert run.returncode == 1, run.describe()
-    assert "[launcher] job failed: worker-0 exited with code 1" in run.output
+    assert "[launcher] attempt 0 failed: worker-0 exited with code 1 (FAILURE)" in run.output
     assert "injected input failure on the worker task" in run.output
-    assert "stopping every task" in run.output
+    assert "job failed (not retryable)" in run.output
+    assert "restarting" not in run.output
     assert not os.path.exists(os.path.join(run.model_dir, "eval_metrics.json"))
 
 
