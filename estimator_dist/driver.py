@@ -414,6 +414,18 @@ def preflight(job: JobConfig) -> Preflight:
     return Preflight(input_fn, model_fn, None)
 
 
+def _make_estimator(
+    job: JobConfig, checked: Preflight, run_config: tf.estimator.RunConfig
+) -> tf.estimator.Estimator:
+    if checked.keras_model is None:
+        return tf.estimator.Estimator(checked.model_fn, config=run_config, params=job.model_params)
+    # model_to_estimator writes the warm-start checkpoint to model_dir/keras on every task.
+    with _model_dir_lock(job.run.model_dir, "keras_bridge"):
+        return tf.keras.estimator.model_to_estimator(
+            keras_model=checked.keras_model, config=run_config
+        )
+
+
 def _error_summary(error: tf.errors.OpError) -> str:
     """Returns the line of a TensorFlow error that says what happened."""
     lines = [line.strip() for line in error.message.splitlines() if line.strip()]
@@ -524,17 +536,14 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
             make_run_record(job, cluster, strategies, num_replicas),
         )
 
-    if checked.keras_model is not None:
-        with _model_dir_lock(job.run.model_dir, "keras_bridge"):
-            estimator = tf.keras.estimator.model_to_estimator(
-                keras_model=checked.keras_model, config=run_config
-            )
-    else:
-        estimator = tf.estimator.Estimator(
-            checked.model_fn, config=run_config, params=job.model_params
-        )
+    estimator = _make_estimator(job, checked, run_config)
+    watchdog = _start_watchdog(job, cluster)
     exporter = MetricsExporter(job.run.model_dir)
-    train_spec = tf.estimator.TrainSpec(checked.input_fn, max_steps=job.train_steps)
+    train_spec = tf.estimator.TrainSpec(
+        checked.input_fn,
+        max_steps=job.train_steps,
+        hooks=[watchdog.hook()] if isinstance(watchdog, Watchdog) else [],
+    )
     eval_spec = tf.estimator.EvalSpec(
         checked.input_fn,
         steps=job.eval_steps,
@@ -542,9 +551,6 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
         start_delay_secs=0,
         throttle_secs=job.eval_throttle_secs,
     )
-    watchdog = _start_watchdog(job, cluster)
-    if isinstance(watchdog, Watchdog):
-        train_spec = train_spec._replace(hooks=(*train_spec.hooks, watchdog.hook()))
     started = time.monotonic()
     try:
         tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
