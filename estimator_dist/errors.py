@@ -3,6 +3,8 @@
 Every exception raised on purpose by estimator-dist derives from `Error`.
 `UsageError` marks a problem the user fixes by changing a flag, a TF_CONFIG
 or a data path: entry points print its message and exit with code 2.
+`DataError` marks a bad record found while training: exit code 3, and
+retrying fails the same way.
 """
 
 
@@ -24,3 +26,11 @@ class DatasetNotFoundError(UsageError):
 
 class RegistryError(UsageError):
     """A name or `module:function` path does not resolve to a callable."""
+
+
+class DataError(Error):
+    """Training read a record it cannot use (corrupt, truncated, mistyped); exit code 3.
+
+    Retrying fails the same way: the data must be fixed, or bad records
+    skipped with `--params=skip_bad_records=true`.
+    """
