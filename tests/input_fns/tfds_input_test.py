@@ -175,9 +175,21 @@ def test_digits_input_fn_from_registry_reads_eval_split(data_dir):
     assert set(labels.numpy().tolist()) == set(range(10))
 
 
-def test_mnist_is_registered():
+def test_named_tfds_inputs_are_registered():
     assert INPUT_FNS.get("mnist") is tfds_input.mnist
-    assert INPUT_FNS.names() == ["digits", "mnist"]
+    assert INPUT_FNS.get("fashion_mnist") is tfds_input.fashion_mnist
+    assert INPUT_FNS.get("cifar10") is tfds_input.cifar10
+    assert INPUT_FNS.get("tfds") is tfds_input.input_fn
+    assert INPUT_FNS.names() == [
+        "cifar10",
+        "csv",
+        "digits",
+        "fashion_mnist",
+        "mnist",
+        "synthetic",
+        "tfds",
+        "tfrecord",
+    ]
 
 
 def test_fail_with_invalid_input_params(data_dir):
