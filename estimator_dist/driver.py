@@ -36,7 +36,7 @@ from absl import logging
 
 from estimator_dist.cluster import EVALUATOR, ClusterConfig
 from estimator_dist.errors import UsageError
-from input_fns import INPUT_FNS, prepare_input
+from input_fns import INPUT_FNS, bad_data, prepare_input
 from model_fns import KERAS_MODELS, MODEL_FNS
 from run_config.run_config import RunConfigOptions, make_run_config
 from run_config.strategies import Strategies, StrategyConfig, make_strategies
@@ -45,6 +45,15 @@ from run_config.strategies import Strategies, StrategyConfig, make_strategies
 METRICS_FILE = "eval_metrics.json"
 #: Written by the chief (or a single process) before training starts.
 RUN_RECORD_FILE = "run_record.json"
+#: Logged when a multi-worker job's input_fn cannot shard by itself.
+NO_INPUT_CONTEXT_WARNING = (
+    "input_fn %s takes no `input_context`, so it cannot shard its data over the %d "
+    "workers itself: the strategy auto-shards the dataset it returns (by file when it can "
+    "find the files, otherwise every worker reads everything and keeps 1/N), and nothing "
+    "checks the result. Declare `input_fn(mode, input_context=None, params=None)` and shard "
+    "by input_context.input_pipeline_id; check it with --params=record_read_ids=DIR and "
+    "`python -m input_fns.verify`."
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,6 +168,14 @@ def bind_input_fn(input_fn: Callable, params: Mapping[str, Any]) -> Callable:
         return call(mode, None)
 
     return functools.update_wrapper(without_context, input_fn)
+
+
+def warn_without_input_context(input_fn: Callable, name: str, num_workers: int) -> bool:
+    """Logs `NO_INPUT_CONTEXT_WARNING` for a multi-worker job; returns whether it did."""
+    if num_workers < 2 or "input_context" in inspect.signature(input_fn).parameters:
+        return False
+    logging.warning(NO_INPUT_CONTEXT_WARNING, name, num_workers)
+    return True
 
 
 class MetricsExporter(tf.estimator.Exporter):
@@ -406,6 +423,7 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     Raises:
       UsageError: for configuration that cannot run (batch size, strategy
         and cluster mismatch, unknown names, missing data).
+      DataError: when the input pipeline finds a bad record.
     """
     tf.compat.v1.disable_eager_execution()
     if cluster.is_distributed:
@@ -416,6 +434,7 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
         logging.info("TF_CONFIG: %s.", note)
 
     checked = preflight(job)
+    warn_without_input_context(checked.input_fn, job.input_fn, cluster.num_workers)
     strategies = make_strategies(job.strategy, job.eval_strategy, cluster)
     train = strategies.train_distribute
     num_replicas = train.num_replicas_in_sync if train and cluster.task_type != EVALUATOR else 1
@@ -457,7 +476,17 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
         throttle_secs=job.eval_throttle_secs,
     )
     started = time.monotonic()
-    tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+    try:
+        tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+    except tf.errors.OpError as error:
+        data_error = bad_data.data_error_from(error)
+        if data_error is None:
+            raise
+        raise data_error from error
+    finally:
+        skipped = bad_data.summary()
+        if skipped:
+            logging.warning("%s", skipped)
     logging.info("Task %s finished in %.1f s.", cluster.role, time.monotonic() - started)
     if cluster.task_type in (None, EVALUATOR):
         return exporter.final_metrics

@@ -7,7 +7,9 @@ Run the same command on every task; TF_CONFIG tells each one its role:
   python -m estimator_dist.train --model_dir=/shared/run1 --train_steps=1000
 
 Without TF_CONFIG it trains and evaluates in this one process. Usage errors
-(bad flags, TF_CONFIG or data paths) exit with code 2.
+(bad flags, TF_CONFIG or data paths) exit with code 2; bad data found while
+training (a corrupt, truncated or mistyped record) exits with code 3: do not
+retry, fix the data or skip bad records.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ if TYPE_CHECKING:
     from estimator_dist.driver import JobConfig
 
 PROGRAM = "estimator_dist.train"
+#: Exit code of bad data found while training; retrying fails the same way.
+DATA_ERROR_EXIT = 3
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
@@ -46,7 +50,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_string(
         "input_fn",
         "digits",
-        "input_fn: a registered name (digits, mnist) or package.module:function.",
+        "input_fn: a registered name (digits, mnist, fashion_mnist, cifar10, tfds, tfrecord, "
+        "csv, synthetic) or package.module:function.",
         flag_values=f,
     )
     flags.DEFINE_string(
@@ -234,7 +239,7 @@ def main(argv: Sequence[str]) -> int:
         )
     from estimator_dist import driver
     from estimator_dist.cluster import parse_tf_config
-    from estimator_dist.errors import UsageError
+    from estimator_dist.errors import DataError, UsageError
 
     try:
         cluster = parse_tf_config(os.environ.get("TF_CONFIG"))
@@ -242,6 +247,9 @@ def main(argv: Sequence[str]) -> int:
         metrics = driver.train_and_evaluate(job, cluster)
     except UsageError as error:
         usage_exit(PROGRAM, str(error))
+    except DataError as error:
+        sys.stderr.write(f"{PROGRAM}: error: {error} (exit code {DATA_ERROR_EXIT}: bad data)\n")
+        sys.exit(DATA_ERROR_EXIT)
     if metrics is not None:
         print(f"Final evaluation: {driver.format_metrics(metrics)}", flush=True)
     return 0
