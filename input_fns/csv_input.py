@@ -264,7 +264,9 @@ class _Reader:
                 f"input_fn csv, pipeline {sharding.pipeline_id} of {sharding.pipelines}, "
                 f"sharding {sharding.describe()}"
             )
-            path = ids.ids_path(self.settings.record_read_ids, sharding)
+            path = ids.ids_path(
+                self.settings.record_read_ids, sharding.pipeline_id, sharding.pipelines
+            )
             chunks = ids.record_ids(chunks, self._ids, path, header)
         return chunks.unbatch()
 

@@ -20,17 +20,13 @@ from typing import Any, Callable, Dict
 
 import tensorflow as tf
 
-from input_fns.pipeline import Sharding
-
 END = "# end of first epoch"
 _NAME = re.compile(r"pipeline-(\d+)-of-(\d+)\.ids$")
 
 
-def ids_path(directory: str, sharding: Sharding) -> str:
-    """The file where pipeline `sharding.pipeline_id` records its ids."""
-    return os.path.join(
-        directory, f"pipeline-{sharding.pipeline_id:03d}-of-{sharding.pipelines:03d}.ids"
-    )
+def ids_path(directory: str, pipeline_id: int, pipelines: int) -> str:
+    """The file where input pipeline `pipeline_id` of `pipelines` records its ids."""
+    return os.path.join(directory, f"pipeline-{pipeline_id:03d}-of-{pipelines:03d}.ids")
 
 
 class _Writers:

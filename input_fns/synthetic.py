@@ -118,7 +118,7 @@ def input_fn(
         if not record_ids:
             return data
         header = f"input_fn synthetic, pipeline {pipeline_id} of {pipelines}, sharding by example"
-        path = ids.ids_path(settings.record_read_ids, sharding)
+        path = ids.ids_path(settings.record_read_ids, sharding.pipeline_id, sharding.pipelines)
         chunks = ids.record_ids(
             data.batch(CHUNK), lambda batch: ids.as_id_strings(batch["id"]), path, header
         )

@@ -176,7 +176,7 @@ def tfds_dataset(
         ).map(select)
         if not record_ids:
             return dataset
-        path = ids.ids_path(settings.record_read_ids, sharding)
+        path = ids.ids_path(settings.record_read_ids, sharding.pipeline_id, sharding.pipelines)
         header = (
             f"input_fn {name}, pipeline {sharding.pipeline_id} of {sharding.pipelines}, "
             f"sharding {sharding.describe()}"

@@ -327,7 +327,9 @@ class _Reader:
         chunks = items.batch(CHUNK).map(self._check_chunk, num_parallel_calls=tf.data.AUTOTUNE)
         if record_ids:
             header = f"input_fn tfrecord, pipeline {sharding.pipeline_id} of {sharding.pipelines}"
-            path = ids.ids_path(self.settings.record_read_ids, sharding)
+            path = ids.ids_path(
+                self.settings.record_read_ids, sharding.pipeline_id, sharding.pipelines
+            )
             chunks = ids.record_ids(
                 chunks, self._ids, path, f"{header}, sharding {sharding.describe()}"
             )
