@@ -47,11 +47,12 @@ METRICS_FILE = "eval_metrics.json"
 RUN_RECORD_FILE = "run_record.json"
 #: Logged when a multi-worker job's input_fn cannot shard by itself.
 NO_INPUT_CONTEXT_WARNING = (
-    "input_fn %s takes no `input_context`, so it cannot shard its data over the %d "
-    "workers itself: the strategy auto-shards the dataset it returns (by file when it can "
-    "find the files, otherwise every worker reads everything and keeps 1/N), and nothing "
-    "checks the result. Declare `input_fn(mode, input_context=None, params=None)` and shard "
-    "by input_context.input_pipeline_id; check it with --params=record_read_ids=DIR and "
+    "input_fn %s takes no `input_context`, so it cannot shard its data over the %d workers: "
+    "Estimator calls it unchanged on every worker and does not shard what it returns, so "
+    "unless it shards by other means every worker reads the same examples and each epoch "
+    "is read %d times. Declare "
+    "`input_fn(mode, input_context=None, params=None)` and shard by "
+    "input_context.input_pipeline_id; check it with --params=record_read_ids=DIR and "
     "`python -m input_fns.verify`."
 )
 
@@ -174,7 +175,7 @@ def warn_without_input_context(input_fn: Callable, name: str, num_workers: int) 
     """Logs `NO_INPUT_CONTEXT_WARNING` for a multi-worker job; returns whether it did."""
     if num_workers < 2 or "input_context" in inspect.signature(input_fn).parameters:
         return False
-    logging.warning(NO_INPUT_CONTEXT_WARNING, name, num_workers)
+    logging.warning(NO_INPUT_CONTEXT_WARNING, name, num_workers, num_workers)
     return True
 
 
@@ -434,7 +435,8 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
         logging.info("TF_CONFIG: %s.", note)
 
     checked = preflight(job)
-    warn_without_input_context(checked.input_fn, job.input_fn, cluster.num_workers)
+    training_workers = cluster.num_workers if cluster.task_type != EVALUATOR else 1
+    warn_without_input_context(checked.input_fn, job.input_fn, training_workers)
     strategies = make_strategies(job.strategy, job.eval_strategy, cluster)
     train = strategies.train_distribute
     num_replicas = train.num_replicas_in_sync if train and cluster.task_type != EVALUATOR else 1

@@ -240,7 +240,7 @@ class _Reader:
         fields, _ = self.columns.fields(lines)
         return tf.strings.strip(fields[:, self.columns.names.index(name)])
 
-    def epoch(self, record_ids: bool) -> tf.data.Dataset:
+    def epoch(self) -> tf.data.Dataset:
         """One pass over this worker's lines, checked, as strings."""
         sharding = self.sharding
         indexes = tf.data.Dataset.range(len(self.files))
@@ -259,7 +259,7 @@ class _Reader:
                 lambda line, index, position: keep_position(position, index, sharding)
             )
         chunks = items.batch(CHUNK).map(self._check_chunk, num_parallel_calls=tf.data.AUTOTUNE)
-        if record_ids:
+        if self.training and self.settings.record_read_ids is not None:
             header = (
                 f"input_fn csv, pipeline {sharding.pipeline_id} of {sharding.pipelines}, "
                 f"sharding {sharding.describe()}"
@@ -326,7 +326,7 @@ def input_fn(
     _, per_replica = batch_sizes(settings.batch_size, input_context)
     log_input("csv", mode, pattern, settings, input_context, sharding)
     reader = _Reader(files, settings, sharding, mode == TRAIN)
-    return assemble(reader.epoch, mode, settings, per_replica, reader.decode)
+    return assemble(reader.epoch(), mode, settings, per_replica, reader.decode)
 
 
 def raw_batches(settings: CsvParams, batch_size: int) -> tf.data.Dataset:
@@ -339,7 +339,7 @@ def raw_batches(settings: CsvParams, batch_size: int) -> tf.data.Dataset:
     """
     files = list_files(settings.files, "files")
     reader = _Reader(files, settings, Sharding(1, 0, False, len(files)), training=False)
-    return reader.epoch(False).batch(batch_size).map(reader.columns.decode)
+    return reader.epoch().batch(batch_size).map(reader.columns.decode)
 
 
 def _first_line_problem(path: str, settings: CsvParams) -> Optional[str]:

@@ -30,7 +30,12 @@ def ids_path(directory: str, pipeline_id: int, pipelines: int) -> str:
 
 
 class _Writers:
-    """Id files open in this process; a file is rewritten on its first write."""
+    """Id files written by this process.
+
+    A file is rewritten on its first write; once a pipeline has finished
+    its first epoch, later writes and ends are ignored, because later epochs
+    read the same examples again.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -43,23 +48,25 @@ class _Writers:
             stream = open(path, "w", encoding="utf-8")
             stream.write(f"# {header}\n")
             self._files[path] = stream
-            self._complete.discard(path)
         return self._files[path]
 
-    def write(self, path: str, header: str, ids: tf.Tensor) -> tf.Tensor:
-        values = ids.numpy()
+    def write(self, path: str, header: str, values: tf.Tensor) -> tf.Tensor:
         with self._lock:
-            stream = self._open(path, header)
-            stream.writelines(f"{value.decode('utf-8', 'replace')}\n" for value in values)
-            stream.flush()
-        return tf.constant(len(values), tf.int64)
+            if path not in self._complete:
+                stream = self._open(path, header)
+                stream.writelines(
+                    f"{value.decode('utf-8', 'replace')}\n" for value in values.numpy()
+                )
+                stream.flush()
+        return tf.constant(0, tf.int64)
 
     def finish(self, path: str, header: str) -> tf.Tensor:
         with self._lock:
-            stream = self._open(path, header)
             if path not in self._complete:
+                stream = self._open(path, header)
                 stream.write(END + "\n")
-                stream.flush()
+                stream.close()
+                del self._files[path]
                 self._complete.add(path)
         return tf.constant(0, tf.int64)
 
@@ -67,7 +74,8 @@ class _Writers:
         with self._lock:
             return path in self._complete
 
-    def close(self, path: str) -> None:
+    def forget(self, path: str) -> None:
+        """Lets a new pipeline record to `path` again (for `simulate`)."""
         with self._lock:
             stream = self._files.pop(path, None)
             self._complete.discard(path)
@@ -87,14 +95,15 @@ def record_ids(
     """Passes `chunks` through unchanged, writing the ids of their examples to `path`.
 
     Args:
-      chunks: Batches of examples (every component has a leading batch
-        dimension and fully known inner dimensions).
+      chunks: Batches of one epoch's examples (every component has a leading
+        batch dimension and fully known inner dimensions).
       ids_fn: Returns the string ids [n] of one batch.
       path: The id file of this pipeline.
       header: Written as the file's first line (after `# `).
 
     Returns:
-      The same batches; after the last one, `END` is written.
+      The same batches; after the last one, `END` is written. Only the first
+      epoch is recorded when the result is repeated.
     """
 
     def write(element: Any) -> Any:
@@ -152,8 +161,15 @@ def read_ids(directory: str) -> Dict[int, PipelineIds]:
       ValueError: if there is no id file, or the files disagree on the
         number of pipelines.
     """
+    paths = sorted(glob.glob(os.path.join(directory, "pipeline-*-of-*.ids")))
+    counts = sorted({int(_NAME.search(path).group(2)) for path in paths})
+    if len(counts) > 1:
+        raise ValueError(
+            f"The id files in {directory!r} come from jobs with {counts} pipelines; "
+            "use a fresh directory for each job."
+        )
     found: Dict[int, PipelineIds] = {}
-    for path in sorted(glob.glob(os.path.join(directory, "pipeline-*-of-*.ids"))):
+    for path in paths:
         match = _NAME.search(path)
         with open(path, encoding="utf-8") as stream:
             lines = stream.read().splitlines()
@@ -167,11 +183,5 @@ def read_ids(directory: str) -> Dict[int, PipelineIds]:
         raise ValueError(
             f"No id files (pipeline-*-of-*.ids) in {directory!r}. Train with "
             f"--params=record_read_ids={directory} first, or check the directory."
-        )
-    counts = sorted({pipeline.pipelines for pipeline in found.values()})
-    if len(counts) > 1:
-        raise ValueError(
-            f"The id files in {directory!r} come from jobs with {counts} pipelines; "
-            "use a fresh directory for each job."
         )
     return found

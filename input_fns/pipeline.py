@@ -1,7 +1,7 @@
 """What every input function shares: parameters, sharding, batching, logging.
 
 An input function builds one *epoch* of its worker's examples, unbatched and
-undecoded (`epoch(record_ids)`), and hands it to `assemble`, which caches,
+undecoded, and hands it to `assemble`, which caches,
 shuffles, repeats (training only), batches to the per-replica size, decodes
 whole batches in parallel and prefetches. Training data repeats forever:
 finite data makes the worker whose shard ends first leave the job, and the
@@ -216,7 +216,7 @@ def make_options(seed: Optional[int]) -> tf.data.Options:
 
 
 def assemble(
-    epoch: Callable[[bool], tf.data.Dataset],
+    epoch: tf.data.Dataset,
     mode: str,
     settings: PipelineParams,
     per_replica: int,
@@ -225,8 +225,7 @@ def assemble(
     """Caches, shuffles, repeats, batches, decodes and prefetches one worker's data.
 
     Args:
-      epoch: Returns one pass over this worker's examples, unbatched; its
-        argument says whether to record the ids read (`record_read_ids`).
+      epoch: One pass over this worker's examples, unbatched and undecoded.
       mode: A `tf.estimator.ModeKeys` value; TRAIN shuffles and repeats.
       settings: The input parameters.
       per_replica: Examples per batch.
@@ -236,15 +235,9 @@ def assemble(
       The dataset the input_fn returns.
     """
     training = mode == TRAIN
-    data = epoch(False)
-    if settings.cache:
-        data = data.cache()
+    data = epoch.cache() if settings.cache else epoch
     if training:
         data = data.shuffle(settings.shuffle_buffer, seed=settings.seed).repeat()
-        if settings.record_read_ids is not None:
-            # Only the first pass records ids: later epochs read the same examples.
-            first = epoch(True).shuffle(settings.shuffle_buffer, seed=settings.seed)
-            data = first.concatenate(data)
     data = data.batch(per_replica, drop_remainder=training)
     data = data.map(decode_batch, num_parallel_calls=tf.data.AUTOTUNE)
     return data.prefetch(tf.data.AUTOTUNE).with_options(make_options(settings.seed))

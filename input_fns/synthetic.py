@@ -112,10 +112,10 @@ def input_fn(
             "id": index,
         }
 
-    def epoch(record_ids: bool) -> tf.data.Dataset:
+    def epoch() -> tf.data.Dataset:
         data = tf.data.Dataset.range(settings.num_examples).shard(pipelines, pipeline_id)
         data = data.map(example, num_parallel_calls=tf.data.AUTOTUNE)
-        if not record_ids:
+        if mode != tf.estimator.ModeKeys.TRAIN or settings.record_read_ids is None:
             return data
         header = f"input_fn synthetic, pipeline {pipeline_id} of {pipelines}, sharding by example"
         path = ids.ids_path(settings.record_read_ids, sharding.pipeline_id, sharding.pipelines)
@@ -127,4 +127,4 @@ def input_fn(
     def decode(batch: Mapping[str, tf.Tensor]) -> tuple:
         return to_model_inputs(batch, "label", drop=("id",))
 
-    return assemble(epoch, mode, settings, per_replica, decode)
+    return assemble(epoch(), mode, settings, per_replica, decode)

@@ -165,7 +165,7 @@ def tfds_dataset(
         keep = {supervised_input, settings.label_key, id_key}
         return {key: value for key, value in features.items() if key in keep}
 
-    def epoch(record_ids: bool) -> tf.data.Dataset:
+    def epoch() -> tf.data.Dataset:
         read_config = tfds.ReadConfig(
             input_context=input_context if sharding.by_file else None,
             shuffle_seed=settings.seed,
@@ -174,7 +174,7 @@ def tfds_dataset(
         dataset = builder.as_dataset(
             split=read_split, shuffle_files=training, read_config=read_config
         ).map(select)
-        if not record_ids:
+        if not recording:
             return dataset
         path = ids.ids_path(settings.record_read_ids, sharding.pipeline_id, sharding.pipelines)
         header = (
@@ -189,7 +189,7 @@ def tfds_dataset(
     def decode(batch: Mapping[str, tf.Tensor]) -> tuple:
         return to_model_inputs(batch, settings.label_key, drop=(TFDS_ID, settings.id_feature))
 
-    return assemble(epoch, mode, settings, per_replica, decode)
+    return assemble(epoch(), mode, settings, per_replica, decode)
 
 
 def prepare(name: Optional[str], params: Mapping[str, Any]) -> None:

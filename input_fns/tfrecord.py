@@ -304,7 +304,7 @@ class _Reader:
         parsed = tf.io.parse_example(records, {name: _parse_spec(spec)})[name]
         return ids.as_id_strings(parsed)
 
-    def epoch(self, record_ids: bool) -> tf.data.Dataset:
+    def epoch(self) -> tf.data.Dataset:
         """One pass over this worker's records, checked, as serialized strings."""
         sharding = self.sharding
         indexes = tf.data.Dataset.range(len(self.files))
@@ -325,7 +325,7 @@ class _Reader:
                 )
             )
         chunks = items.batch(CHUNK).map(self._check_chunk, num_parallel_calls=tf.data.AUTOTUNE)
-        if record_ids:
+        if self.training and self.settings.record_read_ids is not None:
             header = f"input_fn tfrecord, pipeline {sharding.pipeline_id} of {sharding.pipelines}"
             path = ids.ids_path(
                 self.settings.record_read_ids, sharding.pipeline_id, sharding.pipelines
@@ -401,7 +401,7 @@ def input_fn(
     _, per_replica = batch_sizes(settings.batch_size, input_context)
     log_input("tfrecord", mode, pattern, settings, input_context, sharding)
     reader = _Reader(files, settings, sharding, mode == TRAIN)
-    return assemble(reader.epoch, mode, settings, per_replica, reader.decode)
+    return assemble(reader.epoch(), mode, settings, per_replica, reader.decode)
 
 
 def _first_record_problem(path: str, specs: Tuple[FeatureSpec, ...]) -> Optional[str]:

@@ -208,19 +208,16 @@ def simulate(
     for pipeline_id in range(num_pipelines):
         context = tf.distribute.InputContext(num_pipelines, pipeline_id, num_pipelines)
         path = ids.ids_path(directory, pipeline_id, num_pipelines)
-        dataset = input_fn(tf.estimator.ModeKeys.TRAIN, context, params)
-        try:
-            for _ in dataset:
-                if not os.path.exists(path):
-                    raise UsageError(
-                        f"input_fn {getattr(input_fn, '__name__', input_fn)} records no ids "
-                        "with --params=record_read_ids; only input_fns of this package (or "
-                        "ones built on input_fns.ids.record_ids) can be verified."
-                    )
-                if ids.WRITERS.is_complete(path):
-                    break
-        finally:
-            ids.WRITERS.close(path)
+        ids.WRITERS.forget(path)
+        for _ in input_fn(tf.estimator.ModeKeys.TRAIN, context, params):
+            if ids.WRITERS.is_complete(path):
+                break
+            if not os.path.exists(path):
+                raise UsageError(
+                    f"input_fn {getattr(input_fn, '__name__', input_fn)} records no ids "
+                    "with --params=record_read_ids; only input_fns of this package (or "
+                    "ones built on input_fns.ids.record_ids) can be verified."
+                )
     return ids.read_ids(directory)
 
 
