@@ -236,10 +236,14 @@ class _Reader:
 
         A frame that is truncated or fails its CRC ends the file's records
         (`ignore_errors`); the end row then shows fewer bytes read than the
-        file holds, which `_check_chunk` reports.
+        file holds, which `_check_chunk` reports. The file is opened first
+        without `ignore_errors`, because a reader that cannot open its file
+        would retry forever: a file removed since the job started fails with
+        TensorFlow's NotFoundError, which names it.
         """
         path = tf.gather(tf.constant(self.files), index)
-        records = tf.data.TFRecordDataset(path).ignore_errors()
+        opened = tf.data.FixedLengthRecordDataset(path, 1).take(1)
+        records = opened.flat_map(lambda _: tf.data.TFRecordDataset(path).ignore_errors())
         items = records.map(lambda record: (record, False)).concatenate(
             tf.data.Dataset.from_tensors((tf.constant(""), True))
         )
