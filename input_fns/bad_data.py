@@ -6,8 +6,9 @@ By default the first bad record stops the pipeline with that description
 between `START` and `END` markers; `data_error_from` finds it in the
 TensorFlow error that training raises and turns it into a `DataError`
 (exit code 3 from `estimator_dist.train`). With `skip_bad_records` the
-records are dropped instead, logged (the first `LOGGED`), and counted in
-this process; `summary()` reports the count when training ends.
+records are dropped instead, logged (the first `LOGGED`), and counted once
+each in this process, whatever the epochs; `summary()` reports the count
+when training ends.
 """
 
 from __future__ import annotations
@@ -69,15 +70,23 @@ class BadRecordCounter:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._per_file: collections.Counter = collections.Counter()
+        self._seen: set = set()
         self._first: list = []
 
     def note(self, files: tf.Tensor, messages: tf.Tensor) -> tf.Tensor:
-        """Counts and logs skipped records; the body of a `tf.py_function`."""
+        """Counts and logs skipped records; the body of a `tf.py_function`.
+
+        A record met again in a later epoch is counted once: its message,
+        which names its file and position, is the key.
+        """
         files = [name.decode("utf-8", "replace") for name in files.numpy()]
         messages = [text.decode("utf-8", "replace") for text in messages.numpy()]
         with self._lock:
-            self._per_file.update(files)
-            for message in messages:
+            for file, message in zip(files, messages):
+                if message in self._seen:
+                    continue
+                self._seen.add(message)
+                self._per_file[file] += 1
                 if len(self._first) < LOGGED:
                     self._first.append(message)
                     logging.warning("Skipped a bad record: %s.", message)
@@ -113,6 +122,7 @@ class BadRecordCounter:
         """Forgets every count (for tests and for a second job in one process)."""
         with self._lock:
             self._per_file.clear()
+            self._seen.clear()
             self._first.clear()
 
 
