@@ -39,7 +39,7 @@ from estimator_dist.cluster import CHIEF, EVALUATOR, PS, ClusterConfig
 from estimator_dist.errors import PeerFailureError, UsageError
 from estimator_dist.rendezvous import rendezvous
 from estimator_dist.watchdog import EvaluatorWatchdog, Watchdog
-from input_fns import INPUT_FNS, prepare_input
+from input_fns import INPUT_FNS, bad_data, prepare_input
 from model_fns import KERAS_MODELS, MODEL_FNS
 from run_config.run_config import RunConfigOptions, make_run_config
 from run_config.strategies import Strategies, StrategyConfig, make_strategies
@@ -54,6 +54,16 @@ PEER_ERRORS = (
     tf.errors.UnavailableError,
     tf.errors.DeadlineExceededError,
     tf.errors.CancelledError,
+)
+#: Logged when a multi-worker job's input_fn cannot shard by itself.
+NO_INPUT_CONTEXT_WARNING = (
+    "input_fn %s takes no `input_context`, so it cannot shard its data over the %d workers: "
+    "Estimator calls it unchanged on every worker and does not shard what it returns, so "
+    "unless it shards by other means every worker reads the same examples and each epoch "
+    "is read %d times. Declare "
+    "`input_fn(mode, input_context=None, params=None)` and shard by "
+    "input_context.input_pipeline_id; check it with --params=record_read_ids=DIR and "
+    "`python -m input_fns.verify`."
 )
 
 
@@ -179,6 +189,14 @@ def bind_input_fn(input_fn: Callable, params: Mapping[str, Any]) -> Callable:
         return call(mode, None)
 
     return functools.update_wrapper(without_context, input_fn)
+
+
+def warn_without_input_context(input_fn: Callable, name: str, num_workers: int) -> bool:
+    """Logs `NO_INPUT_CONTEXT_WARNING` for a multi-worker job; returns whether it did."""
+    if num_workers < 2 or "input_context" in inspect.signature(input_fn).parameters:
+        return False
+    logging.warning(NO_INPUT_CONTEXT_WARNING, name, num_workers, num_workers)
+    return True
 
 
 class MetricsExporter(tf.estimator.Exporter):
@@ -502,6 +520,7 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     Raises:
       UsageError: for configuration that cannot run (batch size, strategy
         and cluster mismatch, unknown names, missing data).
+      DataError: when the input pipeline finds a bad record.
     """
     tf.compat.v1.disable_eager_execution()
     if cluster.is_distributed:
@@ -512,6 +531,8 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
         logging.info("TF_CONFIG: %s.", note)
 
     checked = preflight(job)
+    training_workers = cluster.num_workers if cluster.task_type != EVALUATOR else 1
+    warn_without_input_context(checked.input_fn, job.input_fn, training_workers)
     # Everything this task can check alone comes before waiting for the others.
     strategies = make_strategies(job.strategy, job.eval_strategy, cluster)
     train = strategies.train_distribute
@@ -562,6 +583,15 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
             f"{time.monotonic() - started:.1f} s ({_error_summary(error)}). A peer task died or "
             "the network between tasks failed; restart the whole job from its latest checkpoint."
         ) from None
+    except tf.errors.OpError as error:
+        data_error = bad_data.data_error_from(error)
+        if data_error is None:
+            raise
+        raise data_error from error
+    finally:
+        skipped = bad_data.summary()
+        if skipped:
+            logging.warning("%s", skipped)
     if watchdog is not None:
         watchdog.stop()
     logging.info("Task %s finished in %.1f s.", cluster.role, time.monotonic() - started)

@@ -4,6 +4,8 @@ Every exception raised on purpose by estimator-dist derives from `Error`.
 `UsageError` marks a problem the user fixes by changing a flag, a TF_CONFIG
 or a data path: entry points print its message and exit with code 2. See
 `estimator_dist.exit_codes` for what each code means to a scheduler.
+`DataError` marks a bad record found while training: exit code 3, and
+retrying fails the same way.
 """
 
 from estimator_dist import exit_codes
@@ -55,3 +57,13 @@ class PortInUseError(Error):
     """This task's port is held by another process."""
 
     exit_code = exit_codes.PORT_IN_USE
+
+
+class DataError(Error):
+    """Training read a record it cannot use (corrupt, truncated, mistyped); exit code 3.
+
+    Retrying fails the same way: the data must be fixed, or bad records
+    skipped with `--params=skip_bad_records=true`.
+    """
+
+    exit_code = exit_codes.BAD_DATA

@@ -10,6 +10,7 @@ them, and how `estimator_dist.launch` decides whether to restart.
 | 0 | OK | the task finished |
 | 1 | FAILURE | an unexpected error; see the traceback |
 | 2 | USAGE | bad flag, TF_CONFIG, name, parameter or missing data |
+| 3 | BAD_DATA | a corrupt, truncated or mistyped record while training |
 | 4 | CLUSTER_MISMATCH | the tasks disagree on the cluster or the job settings |
 | 150 | PEER_FAILURE | a collective operation failed: a peer died or the network failed |
 | 151 | CLUSTER_TIMEOUT | the cluster did not assemble before the start-up deadline |
@@ -26,6 +27,7 @@ FAILURE_PREFIX = "estimator_dist: task {role} failed"
 OK = 0
 FAILURE = 1
 USAGE = 2
+BAD_DATA = 3
 CLUSTER_MISMATCH = 4
 PEER_FAILURE = 150
 CLUSTER_TIMEOUT = 151

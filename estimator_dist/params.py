@@ -22,9 +22,34 @@ import yaml
 
 from estimator_dist.errors import UsageError
 
-#: Keys the driver puts into `params` for input functions; model functions
+#: Keys the driver and `--params` put into `params` for input functions
+#: (every field of the `input_fns` parameter classes); model functions
 #: ignore them.
-INPUT_KEYS = frozenset({"batch_size", "data_dir", "seed", "shuffle_buffer"})
+INPUT_KEYS = frozenset(
+    {
+        "batch_size",
+        "cache",
+        "columns",
+        "data_dir",
+        "dataset",
+        "delimiter",
+        "eval_files",
+        "eval_split",
+        "features",
+        "files",
+        "header",
+        "id_feature",
+        "image_shape",
+        "label_key",
+        "num_classes",
+        "num_examples",
+        "record_read_ids",
+        "seed",
+        "shuffle_buffer",
+        "skip_bad_records",
+        "split",
+    }
+)
 
 P = TypeVar("P")
 

@@ -7,7 +7,9 @@ Run the same command on every task; TF_CONFIG tells each one its role:
   python -m estimator_dist.train --model_dir=/shared/run1 --train_steps=1000
 
 Without TF_CONFIG it trains and evaluates in this one process. Usage errors
-(bad flags, TF_CONFIG or data paths) exit with code 2.
+(bad flags, TF_CONFIG or data paths) exit with code 2; bad data found while
+training (a corrupt, truncated or mistyped record) exits with code 3: do not
+retry, fix the data or skip bad records.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_string(
         "input_fn",
         "digits",
-        "input_fn: a registered name (digits, mnist) or package.module:function.",
+        "input_fn: a registered name (digits, mnist, fashion_mnist, cifar10, tfds, tfrecord, "
+        "csv, synthetic) or package.module:function.",
         flag_values=f,
     )
     flags.DEFINE_string(

@@ -1,11 +1,14 @@
-"""Sharded `input_fn`s over TFDS datasets stored on disk.
+"""Sharded `input_fn`s over TFDS datasets stored on disk, by name.
 
 Each worker of a multi-worker job calls `input_fn(mode, input_context,
 params)` with its own `tf.distribute.InputContext`. Training data is sharded
 by file with `tfds.ReadConfig(input_context=...)` when the split has at least
 as many files as input pipelines (each worker opens only its files), and by
-example otherwise (each worker reads everything and keeps every N-th
-example). Evaluation reads the whole split on the evaluator.
+example otherwise: each worker reads its own `tfds.even_splits` sub-split,
+disjoint contiguous ranges of examples. Evaluation reads the whole split on
+the evaluator. Nothing is downloaded while training: a dataset must have
+been prepared (`tfds build <name> --data_dir=...`) where the network is
+reachable.
 
 Example:
   >>> import tensorflow as tf
@@ -17,14 +20,25 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, Mapping, Optional
 
 import tensorflow as tf
 import tensorflow_datasets as tfds
-from absl import logging
 
-from estimator_dist.errors import DatasetNotFoundError
+from estimator_dist.errors import DatasetNotFoundError, UsageError
 from estimator_dist.params import from_params
+from input_fns import ids
+from input_fns.pipeline import (
+    CHUNK,
+    TRAIN,
+    PipelineParams,
+    assemble,
+    batch_sizes,
+    decide_sharding,
+    log_input,
+    to_model_inputs,
+)
 
 #: Raised when a dataset has not been prepared under data_dir.
 DATASET_NOT_FOUND = (
@@ -33,39 +47,40 @@ DATASET_NOT_FOUND = (
     "network is reachable with `tfds build {name} --data_dir={data_dir}` and make "
     "that directory visible to every worker, or pass --data_dir pointing at it."
 )
+#: The id TFDS adds to each example with `ReadConfig(add_tfds_id=True)`.
+TFDS_ID = "tfds_id"
 
 
 @dataclasses.dataclass(frozen=True)
-class InputParams:
-    """Input settings shared by the TFDS input functions.
+class TfdsParams(PipelineParams):
+    """Settings of the TFDS input functions.
 
     Attributes:
-      batch_size: Global batch size, over all replicas of all workers.
-      data_dir: TFDS data directory; None means TFDS's default
-        (`~/tensorflow_datasets`).
-      seed: Seed of file and example shuffling; None for unseeded.
-      shuffle_buffer: Examples in the training shuffle buffer.
+      dataset: TFDS name (such as `mnist`); required by the generic `tfds`
+        input_fn, fixed by the named ones.
+      split: Split read for training; sub-splits such as `train[:90%]` work.
+      eval_split: Split read for evaluation.
     """
 
-    batch_size: int = 64
-    data_dir: Optional[str] = None
-    seed: Optional[int] = 0
-    shuffle_buffer: int = 10_000
-
-    def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, received {self.batch_size}.")
-        if self.shuffle_buffer < 1:
-            raise ValueError(f"shuffle_buffer must be at least 1, received {self.shuffle_buffer}.")
+    dataset: Optional[str] = None
+    split: str = "train"
+    eval_split: str = "test"
 
 
 def get_prepared_builder(name: str, data_dir: Optional[str]) -> tfds.core.DatasetBuilder:
     """Returns the TFDS builder of `name`, checking that its data is on disk.
 
     Raises:
+      UsageError: if TFDS has no dataset called `name`.
       DatasetNotFoundError: if the dataset is not prepared under `data_dir`.
     """
-    builder = tfds.builder(name, data_dir=data_dir)
+    try:
+        builder = tfds.builder(name, data_dir=data_dir)
+    except tfds.core.registered.DatasetNotFoundError as error:
+        raise UsageError(
+            f"TFDS has no dataset named {name!r}: {str(error).splitlines()[0]} "
+            "See https://www.tensorflow.org/datasets/catalog for the names."
+        ) from None
     if not builder.is_prepared():
         raise DatasetNotFoundError(
             DATASET_NOT_FOUND.format(
@@ -75,21 +90,26 @@ def get_prepared_builder(name: str, data_dir: Optional[str]) -> tfds.core.Datase
     return builder
 
 
-def _scale_image(features: Mapping[str, tf.Tensor]) -> tuple:
-    image = tf.cast(features["image"], tf.float32) / 255.0
-    return {"image": image}, tf.cast(features["label"], tf.int32)
-
-
-def batch_sizes(global_batch: int, input_context: Optional[tf.distribute.InputContext]) -> tuple:
-    """Returns (per-worker, per-replica) batch sizes for a global batch.
+def _check_split(builder: tfds.core.DatasetBuilder, split: str, param: str) -> int:
+    """Returns the number of files `split` reads.
 
     Raises:
-      ValueError: if the global batch does not divide evenly by replicas.
+      UsageError: if the split does not exist.
     """
-    if input_context is None:
-        return global_batch, global_batch
-    per_replica = input_context.get_per_replica_batch_size(global_batch)
-    return global_batch // input_context.num_input_pipelines, per_replica
+    base = re.match(r"[\w-]*", split).group(0)
+    if base not in builder.info.splits:
+        raise UsageError(
+            f"{param}={split!r}: dataset {builder.name!r} has no split {base!r}; it has "
+            f"{', '.join(sorted(builder.info.splits))}."
+        )
+    return len(builder.info.splits[split].file_instructions)
+
+
+def _supervised_input(builder: tfds.core.DatasetBuilder) -> Optional[str]:
+    keys = builder.info.supervised_keys
+    if isinstance(keys, tuple) and len(keys) == 2 and all(isinstance(k, str) for k in keys):
+        return keys[0]
+    return None
 
 
 def tfds_dataset(
@@ -98,60 +118,130 @@ def tfds_dataset(
     input_context: Optional[tf.distribute.InputContext],
     params: Mapping[str, Any],
 ) -> tf.data.Dataset:
-    """Reads a prepared TFDS image classification dataset as `(features, label)`.
+    """Reads a prepared TFDS dataset as `(features, label)`.
 
     Args:
       name: TFDS name, such as `mnist`.
-      mode: TRAIN reads the `train` split, shuffled and repeated; EVAL and
-        PREDICT read `test` once, in order.
+      mode: TRAIN reads `split` (default `train`), shuffled and repeated;
+        EVAL and PREDICT read `eval_split` (default `test`) once, in order.
       input_context: This worker's pipeline id and count, or None.
-      params: See `InputParams`.
+      params: See `TfdsParams`.
 
     Returns:
-      Batches of `({"image": float32 in [0, 1]}, int32 label)`, per-replica
-      sized when `input_context` is given.
+      Batches of `(features, label)`, per-replica sized when `input_context`
+      is given. Datasets with supervised keys (such as `("image", "label")`)
+      give only their input feature; `uint8` images become float32 in
+      [0, 1], integer labels int32.
+
+    Raises:
+      UsageError: for an unknown dataset or split or invalid parameters.
+      DatasetNotFoundError: if the dataset is not prepared under `data_dir`.
     """
-    settings = from_params(InputParams, params, f"input_fn {name}", strict=False)
-    training = mode == tf.estimator.ModeKeys.TRAIN
-    split = "train" if training else "test"
-    builder = get_prepared_builder(name, settings.data_dir)
-    per_worker, per_replica = batch_sizes(settings.batch_size, input_context)
-    pipelines = input_context.num_input_pipelines if input_context else 1
-    pipeline_id = input_context.input_pipeline_id if input_context else 0
-    num_files = builder.info.splits[split].num_shards
-    by_file = pipelines > 1 and num_files >= pipelines
-    read_config = tfds.ReadConfig(
-        input_context=input_context if by_file else None,
-        shuffle_seed=settings.seed,
-    )
-    dataset = builder.as_dataset(split=split, shuffle_files=training, read_config=read_config)
-    if pipelines > 1 and not by_file:
-        dataset = dataset.shard(pipelines, pipeline_id)
-    if pipelines > 1:
-        sharding = (
-            f"by file ({num_files} files over {pipelines} pipelines)"
-            if by_file
-            else f"by example ({num_files} file(s) < {pipelines} pipelines)"
+    settings = from_params(TfdsParams, params, f"input_fn {name}", strict=False)
+    if params.get("skip_bad_records"):
+        raise UsageError(
+            "skip_bad_records applies to the tfrecord and csv input_fns; TFDS files are "
+            "read as written by `tfds build`. Remove it from --params."
         )
-    else:
-        sharding = "none (one input pipeline)"
-    logging.info(
-        "input_fn %s %s split=%s: global batch %d, per worker %d, per replica %d; "
-        "pipeline %d of %d; sharding %s.",
-        name,
-        mode,
-        split,
-        settings.batch_size,
-        per_worker,
-        per_replica,
-        pipeline_id,
-        pipelines,
-        sharding,
+    training = mode == TRAIN
+    split = settings.split if training else settings.eval_split
+    builder = get_prepared_builder(name, settings.data_dir)
+    num_files = _check_split(builder, split, "split" if training else "eval_split")
+    sharding = decide_sharding(num_files, input_context)
+    _, per_replica = batch_sizes(settings.batch_size, input_context)
+    log_input(name, mode, split, settings, input_context, sharding)
+    recording = training and settings.record_read_ids is not None
+    read_split = (
+        tfds.even_splits(split, sharding.pipelines)[sharding.pipeline_id]
+        if sharding.by_example
+        else split
     )
-    dataset = dataset.map(_scale_image, num_parallel_calls=tf.data.AUTOTUNE)
-    if training:
-        dataset = dataset.shuffle(settings.shuffle_buffer, seed=settings.seed).repeat()
-    return dataset.batch(per_replica, drop_remainder=training).prefetch(tf.data.AUTOTUNE)
+    id_key = settings.id_feature or TFDS_ID
+    supervised_input = _supervised_input(builder)
+
+    def select(features: Mapping[str, tf.Tensor]) -> dict:
+        if supervised_input is None:
+            return dict(features)
+        keep = {supervised_input, settings.label_key, id_key}
+        return {key: value for key, value in features.items() if key in keep}
+
+    def epoch() -> tf.data.Dataset:
+        read_config = tfds.ReadConfig(
+            input_context=input_context if sharding.by_file else None,
+            shuffle_seed=settings.seed,
+            add_tfds_id=recording,
+        )
+        dataset = builder.as_dataset(
+            split=read_split, shuffle_files=training, read_config=read_config
+        ).map(select)
+        if not recording:
+            return dataset
+        path = ids.ids_path(settings.record_read_ids, sharding.pipeline_id, sharding.pipelines)
+        header = (
+            f"input_fn {name}, pipeline {sharding.pipeline_id} of {sharding.pipelines}, "
+            f"sharding {sharding.describe()}"
+        )
+        chunks = ids.record_ids(
+            dataset.batch(CHUNK), lambda batch: ids.as_id_strings(batch[id_key]), path, header
+        )
+        return chunks.unbatch()
+
+    def decode(batch: Mapping[str, tf.Tensor]) -> tuple:
+        return to_model_inputs(batch, settings.label_key, drop=(TFDS_ID, settings.id_feature))
+
+    return assemble(epoch(), mode, settings, per_replica, decode)
+
+
+def prepare(name: Optional[str], params: Mapping[str, Any]) -> None:
+    """Checks that a TFDS dataset and its splits are prepared, before any worker starts.
+
+    Raises:
+      UsageError: for an unknown dataset or split, or a missing `dataset`.
+      DatasetNotFoundError: if the dataset is not prepared under `data_dir`.
+    """
+    settings = from_params(TfdsParams, params, f"input_fn {name or 'tfds'}", strict=False)
+    builder = get_prepared_builder(name or _dataset_param(settings), settings.data_dir)
+    _check_split(builder, settings.split, "split")
+    _check_split(builder, settings.eval_split, "eval_split")
+
+
+def _dataset_param(settings: TfdsParams) -> str:
+    if not settings.dataset:
+        raise UsageError(
+            "input_fn tfds needs the dataset name: pass --params=dataset=<TFDS name>, such "
+            "as --params=dataset=mnist, or use --input_fn=mnist."
+        )
+    return settings.dataset
+
+
+def input_fn(
+    mode: str,
+    input_context: Optional[tf.distribute.InputContext] = None,
+    params: Optional[Mapping[str, Any]] = None,
+) -> tf.data.Dataset:
+    """`input_fn` for any prepared TFDS dataset, named by `params["dataset"]`.
+
+    Args:
+      mode: A `tf.estimator.ModeKeys` value.
+      input_context: This worker's pipeline id and count, or None.
+      params: `dataset` (required), `split`, `eval_split`, and the
+        `PipelineParams` (`batch_size` global, `data_dir`, `seed`, ...).
+
+    Returns:
+      Batches of `(features, label)`; see `tfds_dataset`.
+
+    Raises:
+      UsageError: if `dataset` is missing or unknown.
+      DatasetNotFoundError: if the dataset is not prepared under `data_dir`.
+
+    Example:
+      >>> import tensorflow as tf
+      >>> input_fn(tf.estimator.ModeKeys.TRAIN, None,  # doctest: +SKIP
+      ...          {"dataset": "fashion_mnist", "batch_size": 64, "data_dir": "/data/tfds"})
+    """
+    params = params or {}
+    settings = from_params(TfdsParams, params, "input_fn tfds", strict=False)
+    return tfds_dataset(_dataset_param(settings), mode, input_context, params)
 
 
 def mnist(
@@ -159,7 +249,7 @@ def mnist(
     input_context: Optional[tf.distribute.InputContext] = None,
     params: Optional[Mapping[str, Any]] = None,
 ) -> tf.data.Dataset:
-    """`input_fn` for TFDS `mnist`, prepared under `params["data_dir"]`.
+    """`input_fn` for TFDS `mnist` (28x28x1), prepared under `params["data_dir"]`.
 
     Example:
       >>> import tensorflow as tf
@@ -167,3 +257,47 @@ def mnist(
       ...       {"batch_size": 64, "data_dir": "/data/tfds"})
     """
     return tfds_dataset("mnist", mode, input_context, params or {})
+
+
+def fashion_mnist(
+    mode: str,
+    input_context: Optional[tf.distribute.InputContext] = None,
+    params: Optional[Mapping[str, Any]] = None,
+) -> tf.data.Dataset:
+    """`input_fn` for TFDS `fashion_mnist` (28x28x1), prepared under `params["data_dir"]`.
+
+    Example:
+      >>> import tensorflow as tf
+      >>> fashion_mnist(tf.estimator.ModeKeys.EVAL, None,  # doctest: +SKIP
+      ...               {"batch_size": 100, "data_dir": "/data/tfds"})
+    """
+    return tfds_dataset("fashion_mnist", mode, input_context, params or {})
+
+
+def cifar10(
+    mode: str,
+    input_context: Optional[tf.distribute.InputContext] = None,
+    params: Optional[Mapping[str, Any]] = None,
+) -> tf.data.Dataset:
+    """`input_fn` for TFDS `cifar10` (32x32x3), prepared under `params["data_dir"]`.
+
+    Example:
+      >>> import tensorflow as tf
+      >>> cifar10(tf.estimator.ModeKeys.TRAIN, None,  # doctest: +SKIP
+      ...         {"batch_size": 128, "data_dir": "/data/tfds"})
+    """
+    return tfds_dataset("cifar10", mode, input_context, params or {})
+
+
+__all__ = [
+    "DATASET_NOT_FOUND",
+    "TfdsParams",
+    "batch_sizes",
+    "cifar10",
+    "fashion_mnist",
+    "get_prepared_builder",
+    "input_fn",
+    "mnist",
+    "prepare",
+    "tfds_dataset",
+]

@@ -1,6 +1,6 @@
 """Input functions that tests name with `--input_fn=tests.task_inputs:<name>`.
 
-They read the real embedded digits TFDS files, like `input_fns.digits`.
+Most read the real embedded digits TFDS files, like `input_fns.digits`.
 """
 
 import json
@@ -9,7 +9,7 @@ import os
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from input_fns import digits
+from input_fns import digits, tfrecord
 
 
 def _images(features):
@@ -52,3 +52,14 @@ def finite_on_worker(mode, input_context=None, params=None):
     if task.get("type") == "worker" and mode == tf.estimator.ModeKeys.TRAIN:
         return dataset.take(20)
     return dataset
+
+
+def unsharded_tfrecord(mode, params=None):
+    """The bug the sharding check must catch: no input_context, so no sharding.
+
+    Each task records the ids it reads under `record_read_ids/<task>/`, since
+    without an input_context every task is "pipeline 0 of 1".
+    """
+    task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {"type": "local", "index": 0})
+    directory = os.path.join(params["record_read_ids"], f"{task['type']}-{task['index']}")
+    return tfrecord.input_fn(mode, None, {**params, "record_read_ids": directory})

@@ -4,10 +4,12 @@ import collections
 import glob
 import logging
 import os
+from unittest import mock
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_datasets as tfds
 
 from estimator_dist.errors import DatasetNotFoundError, UsageError
 from input_fns import INPUT_FNS, digits, prepare_input, tfds_input
@@ -175,9 +177,21 @@ def test_digits_input_fn_from_registry_reads_eval_split(data_dir):
     assert set(labels.numpy().tolist()) == set(range(10))
 
 
-def test_mnist_is_registered():
+def test_named_tfds_inputs_are_registered():
     assert INPUT_FNS.get("mnist") is tfds_input.mnist
-    assert INPUT_FNS.names() == ["digits", "mnist"]
+    assert INPUT_FNS.get("fashion_mnist") is tfds_input.fashion_mnist
+    assert INPUT_FNS.get("cifar10") is tfds_input.cifar10
+    assert INPUT_FNS.get("tfds") is tfds_input.input_fn
+    assert INPUT_FNS.names() == [
+        "cifar10",
+        "csv",
+        "digits",
+        "fashion_mnist",
+        "mnist",
+        "synthetic",
+        "tfds",
+        "tfrecord",
+    ]
 
 
 def test_fail_with_invalid_input_params(data_dir):
@@ -292,3 +306,109 @@ def test_prepared_dataset_has_four_shards_per_split(data_dir):
     builder = digits.SklearnDigits(data_dir=data_dir)
     assert builder.info.splits["train"].num_examples == 1797 - digits.NUM_TEST
     assert builder.info.splits["test"].num_examples == digits.NUM_TEST
+
+
+# --- TFDS datasets by name, prepared offline with generated examples ----------
+
+
+def prepare_fake(name, data_dir, sizes, num_shards):
+    """Writes a real prepared TFDS dataset `name` with random examples.
+
+    The builder's own features, splits, file layout and dataset_info.json are
+    used; only the download is replaced, since these machines cannot reach it.
+    """
+    builder = tfds.builder(name, data_dir=data_dir)
+    features = builder.info.features
+
+    def examples(split, count):
+        rng = np.random.RandomState(count)
+        for index in range(count):
+            example = {}
+            for key, feature in features.items():
+                if isinstance(feature, tfds.features.Image):
+                    example[key] = rng.randint(0, 256, feature.shape, dtype=np.uint8)
+                elif isinstance(feature, tfds.features.ClassLabel):
+                    example[key] = index % feature.num_classes
+                else:
+                    example[key] = f"{split}_{index}"
+            yield index, example
+
+    def split_generators(self, dl_manager):
+        return {split: examples(split, count) for split, count in sizes.items()}
+
+    with mock.patch.object(type(builder), "_split_generators", split_generators):
+        builder.download_and_prepare(
+            download_config=tfds.download.DownloadConfig(
+                num_shards=num_shards, try_download_gcs=False
+            )
+        )
+
+
+@pytest.fixture(scope="module")
+def fake_tfds(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("fake_tfds"))
+    for name in ("mnist", "fashion_mnist", "cifar10"):
+        prepare_fake(name, path, {"train": 30, "test": 10}, num_shards=3)
+    return path
+
+
+@pytest.mark.parametrize(
+    "name, shape",
+    [("mnist", (28, 28, 1)), ("fashion_mnist", (28, 28, 1)), ("cifar10", (32, 32, 3))],
+)
+def test_named_tfds_inputs_read_image_batches(fake_tfds, name, shape):
+    params = {"batch_size": 8, "data_dir": fake_tfds}
+    prepare_input(name, params)
+    features, labels = next(iter(INPUT_FNS.get(name)(TRAIN, context(2, 1), params)))
+    # Only the supervised input: cifar10's string `id` is left out.
+    assert set(features) == {"image"}
+    assert features["image"].shape == (4, *shape)
+    assert features["image"].dtype == tf.float32
+    assert (
+        0.0
+        <= float(tf.reduce_min(features["image"]))
+        <= float(tf.reduce_max(features["image"]))
+        <= 1.0
+    )
+    assert labels.dtype == tf.int32
+
+
+def test_generic_tfds_input_reads_the_named_dataset(fake_tfds):
+    params = {"batch_size": 10, "data_dir": fake_tfds, "dataset": "cifar10"}
+    prepare_input("tfds", params)
+    (batch,) = list(tfds_input.input_fn(EVAL, None, params))
+    assert batch[0]["image"].shape == (10, 32, 32, 3)
+
+
+def test_sub_split_is_read(fake_tfds):
+    params = {"batch_size": 64, "data_dir": fake_tfds, "eval_split": "train[:50%]"}
+    (batch,) = list(tfds_input.mnist(EVAL, None, params))
+    assert batch[1].shape == (15,)
+
+
+@pytest.mark.parametrize(
+    "name, params, fragment",
+    [
+        ("tfds", {}, "input_fn tfds needs the dataset name"),
+        (
+            "tfds",
+            {"dataset": "no_such_dataset_xyz"},
+            "TFDS has no dataset named 'no_such_dataset_xyz'",
+        ),
+        (
+            "mnist",
+            {"split": "training"},
+            "split='training': dataset 'mnist' has no split 'training'; it has test, train",
+        ),
+        ("mnist", {"eval_split": "val"}, "eval_split='val'"),
+    ],
+)
+def test_fail_with_bad_dataset_or_split(fake_tfds, name, params, fragment):
+    with pytest.raises(UsageError) as raised:
+        prepare_input(name, {"data_dir": fake_tfds, **params})
+    assert fragment in str(raised.value)
+
+
+def test_fail_with_skip_bad_records_on_tfds(fake_tfds):
+    with pytest.raises(UsageError, match="skip_bad_records applies to the tfrecord and csv"):
+        tfds_input.mnist(TRAIN, None, {"data_dir": fake_tfds, "skip_bad_records": True})

@@ -1,0 +1,454 @@
+"""TFRecord files of `tf.train.Example`, given by a glob and a feature spec.
+
+Files are sorted, so every worker sees one order, and sharded by file when
+there are at least as many as input pipelines, by record position
+otherwise. Each worker reads its files with a parallel interleave and checks
+every record before it is used:
+
+- a file whose frames end early or fail their CRC (truncated or corrupt) is
+  found by comparing the bytes read with the file's size;
+- a record without a feature of the spec, with values of another dtype, or
+  with the wrong number of values is found by decoding the Example's wire
+  format, which never raises.
+
+By default the first bad record stops training with its file, record
+position and problem (`DataError`, exit code 3); with `skip_bad_records` it
+is dropped and counted. Batches are parsed whole with `tf.io.parse_example`.
+
+Example:
+  >>> import tensorflow as tf
+  >>> dataset = input_fn(tf.estimator.ModeKeys.TRAIN, None, {  # doctest: +SKIP
+  ...     "batch_size": 64,
+  ...     "files": "/data/mnist/train-*.tfrecord",
+  ...     "features": "image:uint8:28x28x1;label:int64"})
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Optional, Tuple, Union
+
+import tensorflow as tf
+from absl import logging
+
+from estimator_dist.errors import UsageError
+from estimator_dist.params import from_params
+from input_fns import bad_data, ids
+from input_fns.pipeline import (
+    CHUNK,
+    TRAIN,
+    FileParams,
+    Sharding,
+    assemble,
+    batch_sizes,
+    decide_sharding,
+    keep_position,
+    list_files,
+    log_input,
+    to_model_inputs,
+)
+from input_fns.specs import FeatureSpec, find_spec, format_specs, parse_specs
+
+#: Bytes a TFRecord frame adds to its record: length, CRC of the length, CRC of the data.
+FRAME_BYTES = 16
+#: The value lists of `tf.train.Feature`, in the order decoded.
+LIST_KINDS = ("bytes", "float", "int64")
+_LIST_TYPES = ("tensorflow.BytesList", "tensorflow.FloatList", "tensorflow.Int64List")
+_LIST_DTYPES = (tf.string, tf.float32, tf.int64)
+_KIND_OF = {"string": 0, "uint8": 0, "float32": 1, "int64": 2}
+_OK, _MISSING, _WRONG_KIND, _WRONG_COUNT, _WRONG_BYTES = range(5)
+
+
+@dataclasses.dataclass(frozen=True)
+class TFRecordParams(FileParams):
+    """Settings of the `tfrecord` input_fn (and `files`, `skip_bad_records`, ...).
+
+    Attributes:
+      features: Feature spec of the records, `"name:dtype[:shape];..."`
+        (see `input_fns.specs`); `python -m input_fns.convert` prints it.
+    """
+
+    features: Optional[Union[str, dict]] = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.features is None:
+            raise ValueError(
+                "features is required: the feature spec of the records, such as "
+                "--params='features=image:uint8:28x28x1;label:int64' (python -m "
+                "input_fns.convert prints the spec of the files it writes)."
+            )
+        specs = self.specs()
+        for key, role in ((self.label_key, "label_key"), (self.id_feature, "id_feature")):
+            if key is not None and find_spec(specs, key) is None:
+                raise ValueError(
+                    f"{role}={key!r} is not in features {format_specs(specs)!r}; add it "
+                    f"to the spec or set {role} to one of its names."
+                )
+
+    def specs(self) -> Tuple[FeatureSpec, ...]:
+        """The parsed feature spec.
+
+        Raises:
+          ValueError: if the spec is malformed.
+        """
+        try:
+            return parse_specs(self.features, "features")
+        except TypeError as error:
+            raise ValueError(str(error)) from None
+
+
+def _first(values: tf.Tensor, default: Any) -> tf.Tensor:
+    """The first element along the last axis, or `default` where there is none."""
+    pad = tf.fill(tf.concat([tf.shape(values)[:-1], [1]], 0), tf.constant(default, values.dtype))
+    return tf.concat([values, pad], axis=-1)[..., 0]
+
+
+def _example_problems(records: tf.Tensor, specs: Tuple[FeatureSpec, ...]) -> tuple:
+    """Checks serialized Examples against `specs` without raising for a bad feature.
+
+    Returns:
+      `(codes, details)`, int64 [n, features]: `_OK` or the problem of each
+      feature, and the kind index, value count or byte length it concerns.
+    """
+    _, (features,) = tf.io.decode_proto(records, "tensorflow.Example", ["features"], [tf.string])
+    _, (entries,) = tf.io.decode_proto(
+        _first(features, ""), "tensorflow.Features", ["feature"], [tf.string]
+    )
+    _, (keys, values) = tf.io.decode_proto(
+        entries, "tensorflow.Features.FeatureEntry", ["key", "value"], [tf.string, tf.string]
+    )
+    keys, values = _first(keys, ""), _first(values, "")
+    kind_sizes, lists = tf.io.decode_proto(
+        values, "tensorflow.Feature", ["bytes_list", "float_list", "int64_list"], [tf.string] * 3
+    )
+    kind_sizes = tf.cast(kind_sizes, tf.int64)
+    counts, byte_lengths = {}, None
+    for kind in sorted({_KIND_OF[spec.dtype] for spec in specs}):
+        sizes, (decoded,) = tf.io.decode_proto(
+            _first(lists[kind], ""), _LIST_TYPES[kind], ["value"], [_LIST_DTYPES[kind]]
+        )
+        counts[kind] = tf.cast(sizes[..., 0], tf.int64)
+        if kind == 0:
+            byte_lengths = tf.cast(tf.strings.length(_first(decoded, "")), tf.int64)
+    codes, details = [], []
+    for spec in specs:
+        kind = _KIND_OF[spec.dtype]
+        match = tf.equal(keys, spec.name)
+        found = tf.reduce_any(match, axis=1)
+        kinds = tf.reduce_max(tf.where(match[..., None], kind_sizes, 0), axis=1)
+        wrong_kind = tf.logical_and(tf.equal(kinds[:, kind], 0), tf.reduce_sum(kinds, axis=1) > 0)
+        count = tf.reduce_sum(tf.where(match, counts[kind], 0), axis=1)
+        expected_count = 1 if kind == 0 else spec.size
+        if spec.dtype == "uint8":
+            length = tf.reduce_sum(tf.where(match, byte_lengths, 0), axis=1)
+            wrong_bytes = tf.not_equal(length, spec.size)
+        else:
+            length = tf.zeros_like(count)
+            wrong_bytes = tf.zeros_like(found)
+        code = tf.where(
+            tf.logical_not(found),
+            _MISSING,
+            tf.where(
+                wrong_kind,
+                _WRONG_KIND,
+                tf.where(
+                    tf.not_equal(count, expected_count),
+                    _WRONG_COUNT,
+                    tf.where(wrong_bytes, _WRONG_BYTES, 0),
+                ),
+            ),
+        )
+        detail = tf.where(
+            tf.equal(code, _WRONG_KIND),
+            tf.argmax(kinds, axis=1),
+            tf.where(tf.equal(code, _WRONG_COUNT), count, length),
+        )
+        codes.append(tf.cast(code, tf.int64))
+        details.append(detail)
+    return tf.stack(codes, axis=1), tf.stack(details, axis=1)
+
+
+def _describe_problems(
+    codes: tf.Tensor, details: tf.Tensor, specs: Tuple[FeatureSpec, ...]
+) -> tf.Tensor:
+    """One message per row of codes: the problem of its first bad feature."""
+    kind_names = tf.constant(LIST_KINDS)
+    messages = []
+    for column, spec in enumerate(specs):
+        code, detail = codes[:, column], details[:, column]
+        expected_kind = LIST_KINDS[_KIND_OF[spec.dtype]]
+        expected_count = 1 if spec.dtype in ("uint8", "string") else spec.size
+        text = tf.strings.as_string(detail)
+        name = f"feature '{spec.name}'"
+        messages.append(
+            tf.where(
+                tf.equal(code, _MISSING),
+                f"{name} is missing (features spec: {spec})",
+                tf.where(
+                    tf.equal(code, _WRONG_KIND),
+                    tf.strings.join(
+                        [
+                            f"{name} holds ",
+                            tf.gather(kind_names, tf.clip_by_value(detail, 0, 2)),
+                            f" values; the spec {spec} expects {expected_kind} values",
+                        ]
+                    ),
+                    tf.where(
+                        tf.equal(code, _WRONG_COUNT),
+                        tf.strings.join(
+                            [
+                                f"{name} has ",
+                                text,
+                                f" value(s); the spec {spec} expects {expected_count}",
+                            ]
+                        ),
+                        tf.strings.join(
+                            [f"{name} holds ", text, f" bytes; the spec {spec} expects {spec.size}"]
+                        ),
+                    ),
+                ),
+            )
+        )
+    first_bad = tf.argmax(tf.cast(tf.not_equal(codes, _OK), tf.int32), axis=1)
+    return tf.gather(tf.stack(messages, axis=1), first_bad, batch_dims=1)
+
+
+class _Reader:
+    """Reads, checks and decodes one worker's share of TFRecord files."""
+
+    def __init__(
+        self,
+        files: Tuple[str, ...],
+        settings: TFRecordParams,
+        sharding: Sharding,
+        training: bool,
+    ) -> None:
+        self.files = files
+        self.sizes = tuple(tf.io.gfile.stat(path).length for path in files)
+        self.settings = settings
+        self.specs = settings.specs()
+        self.sharding = sharding
+        self.training = training
+
+    def _read_file(self, index: tf.Tensor) -> tf.data.Dataset:
+        """(record, file index, position, is_end, bytes read) of one file, then an end row.
+
+        A frame that is truncated or fails its CRC ends the file's records
+        (`ignore_errors`); the end row then shows fewer bytes read than the
+        file holds, which `_check_chunk` reports. The file is opened first
+        without `ignore_errors`, because a reader that cannot open its file
+        would retry forever: a file removed since the job started fails with
+        TensorFlow's NotFoundError, which names it.
+        """
+        path = tf.gather(tf.constant(self.files), index)
+        opened = tf.data.FixedLengthRecordDataset(path, 1).take(1)
+        records = opened.flat_map(lambda _: tf.data.TFRecordDataset(path).ignore_errors())
+        items = records.map(lambda record: (record, False)).concatenate(
+            tf.data.Dataset.from_tensors((tf.constant(""), True))
+        )
+
+        def step(state: tuple, item: tuple) -> tuple:
+            offset, count = state
+            record, is_end = item
+            length = tf.cast(tf.strings.length(record), tf.int64) + FRAME_BYTES
+            advance = tf.logical_not(is_end)
+            new_state = (
+                offset + tf.where(advance, length, 0),
+                count + tf.where(advance, tf.constant(1, tf.int64), 0),
+            )
+            return new_state, (record, index, count, is_end, offset)
+
+        return items.scan((tf.constant(0, tf.int64), tf.constant(0, tf.int64)), step)
+
+    def _check_chunk(
+        self,
+        records: tf.Tensor,
+        file_index: tf.Tensor,
+        position: tf.Tensor,
+        is_end: tf.Tensor,
+        offset: tf.Tensor,
+    ) -> tf.Tensor:
+        """Returns the good records of a chunk; fails on, or counts, the bad ones."""
+        codes, details = _example_problems(records, self.specs)
+        size = tf.gather(tf.constant(self.sizes, tf.int64), file_index)
+        ok = tf.where(is_end, tf.equal(offset, size), tf.reduce_all(tf.equal(codes, _OK), axis=1))
+        paths = tf.constant(self.files)
+
+        def describe(bad: tf.Tensor) -> tuple:
+            files = tf.gather(paths, tf.gather(file_index, bad))
+            where = tf.strings.join(
+                [files, ", record ", tf.strings.as_string(tf.gather(position, bad)), ": "]
+            )
+            tail = tf.strings.join(
+                [
+                    "the file ends early or this record is corrupt (truncated frame or CRC "
+                    "mismatch): only ",
+                    tf.strings.as_string(tf.gather(offset, bad)),
+                    " of its ",
+                    tf.strings.as_string(tf.gather(size, bad)),
+                    " bytes could be read",
+                ]
+            )
+            problems = _describe_problems(
+                tf.gather(codes, bad), tf.gather(details, bad), self.specs
+            )
+            problem = tf.where(tf.gather(is_end, bad), tail, problems)
+            return files, tf.strings.join([where, problem])
+
+        noted = bad_data.check(ok, describe, self.settings.skip_bad_records)
+        with tf.control_dependencies([noted]):
+            return tf.boolean_mask(records, tf.logical_and(ok, tf.logical_not(is_end)))
+
+    def _ids(self, records: tf.Tensor) -> tf.Tensor:
+        name = self.settings.id_feature
+        if name is None:
+            return ids.content_hash(records)
+        spec = find_spec(self.specs, name)
+        parsed = tf.io.parse_example(records, {name: _parse_spec(spec)})[name]
+        return ids.as_id_strings(parsed)
+
+    def epoch(self) -> tf.data.Dataset:
+        """One pass over this worker's records, checked, as serialized strings."""
+        sharding = self.sharding
+        indexes = tf.data.Dataset.range(len(self.files))
+        if sharding.by_file:
+            indexes = indexes.shard(sharding.pipelines, sharding.pipeline_id)
+        if self.training:
+            indexes = indexes.shuffle(len(self.files), seed=self.settings.seed)
+        own_files = (
+            -(-len(self.files) // sharding.pipelines) if sharding.by_file else len(self.files)
+        )
+        items = indexes.interleave(
+            self._read_file, cycle_length=min(own_files, 8), num_parallel_calls=tf.data.AUTOTUNE
+        )
+        if sharding.by_example:
+            items = items.filter(
+                lambda record, index, position, is_end, offset: tf.logical_or(
+                    is_end, keep_position(position, index, sharding)
+                )
+            )
+        chunks = items.batch(CHUNK).map(self._check_chunk, num_parallel_calls=tf.data.AUTOTUNE)
+        if self.training and self.settings.record_read_ids is not None:
+            header = f"input_fn tfrecord, pipeline {sharding.pipeline_id} of {sharding.pipelines}"
+            path = ids.ids_path(
+                self.settings.record_read_ids, sharding.pipeline_id, sharding.pipelines
+            )
+            chunks = ids.record_ids(
+                chunks, self._ids, path, f"{header}, sharding {sharding.describe()}"
+            )
+        return chunks.unbatch()
+
+    def decode(self, records: tf.Tensor) -> tuple:
+        """Parses a batch of checked records into `(features, label)`."""
+        parsed = tf.io.parse_example(records, {spec.name: _parse_spec(spec) for spec in self.specs})
+        for spec in self.specs:
+            if spec.dtype == "uint8":
+                pixels = tf.io.decode_raw(parsed[spec.name], tf.uint8, fixed_length=spec.size)
+                parsed[spec.name] = tf.reshape(pixels, [-1, *spec.shape])
+        drop = (self.settings.id_feature,) if self.settings.id_feature else ()
+        return to_model_inputs(parsed, self.settings.label_key, drop)
+
+
+def _parse_spec(spec: FeatureSpec) -> tf.io.FixedLenFeature:
+    if spec.dtype in ("uint8", "string"):
+        return tf.io.FixedLenFeature([], tf.string)
+    return tf.io.FixedLenFeature(spec.shape, spec.tf_dtype)
+
+
+def read_settings(params: Mapping[str, Any]) -> TFRecordParams:
+    """Validated `tfrecord` settings from the Estimator params.
+
+    Raises:
+      UsageError: for a missing or invalid parameter.
+    """
+    return from_params(TFRecordParams, params, "input_fn tfrecord", strict=False)
+
+
+def input_fn(
+    mode: str,
+    input_context: Optional[tf.distribute.InputContext] = None,
+    params: Optional[Mapping[str, Any]] = None,
+) -> tf.data.Dataset:
+    """`input_fn` for TFRecord files of `tf.train.Example`.
+
+    Args:
+      mode: TRAIN reads `files`, shuffled and repeated; EVAL and PREDICT read
+        `eval_files` (or `files`) once.
+      input_context: This worker's pipeline id and count, or None.
+      params: `files`, `features` (required), `eval_files`, `label_key`,
+        `skip_bad_records`, `id_feature`, `record_read_ids`, and the
+        `PipelineParams` (`batch_size` global, `seed`, `shuffle_buffer`, `cache`).
+
+    Returns:
+      Batches of `(features, label)`: every feature of the spec except the
+      label and the id feature; `uint8` features as float32 in [0, 1],
+      integer labels as int32.
+
+    Raises:
+      UsageError: for missing or invalid parameters, or a glob that matches
+        no file.
+
+    Example:
+      >>> import tensorflow as tf
+      >>> input_fn(tf.estimator.ModeKeys.EVAL, None, {  # doctest: +SKIP
+      ...     "batch_size": 100, "files": "/data/mnist/train-*.tfrecord",
+      ...     "eval_files": "/data/mnist/test-*.tfrecord",
+      ...     "features": "image:uint8:28x28x1;label:int64"})
+    """
+    settings = read_settings(params or {})
+    pattern, param = settings.pattern(mode)
+    if mode != TRAIN and param == "files":
+        logging.warning("input_fn tfrecord: no eval_files given; evaluating on files=%s.", pattern)
+    files = list_files(pattern, param)
+    sharding = decide_sharding(len(files), input_context)
+    _, per_replica = batch_sizes(settings.batch_size, input_context)
+    log_input("tfrecord", mode, pattern, settings, input_context, sharding)
+    reader = _Reader(files, settings, sharding, mode == TRAIN)
+    return assemble(reader.epoch(), mode, settings, per_replica, reader.decode)
+
+
+def _first_record_problem(path: str, specs: Tuple[FeatureSpec, ...]) -> Optional[str]:
+    """The problem of the first record of `path`, or None; runs in a scratch graph."""
+    with tf.Graph().as_default():
+        batch = tf.data.TFRecordDataset(path).take(1).batch(1)
+        record = tf.compat.v1.data.make_one_shot_iterator(batch).get_next()
+        codes, details = _example_problems(record, specs)
+        bad = tf.reduce_any(tf.not_equal(codes, _OK))
+        message = _describe_problems(codes, details, specs)[0]
+        with tf.compat.v1.Session() as session:
+            try:
+                is_bad, text = session.run([bad, message])
+            except tf.errors.OutOfRangeError:
+                return "no complete record could be read (the file is empty or not a TFRecord file)"
+            except tf.errors.DataLossError:
+                return (
+                    "the first record is corrupt or not a serialized tf.train.Example "
+                    "(these are not TFRecord files of tf.train.Example)"
+                )
+    return text.decode("utf-8", "replace") if is_bad else None
+
+
+def prepare(params: Mapping[str, Any]) -> None:
+    """Checks, before any worker starts, that the files exist and match the spec.
+
+    Reads the first record of the first training file and of the first
+    evaluation file, so a wrong glob, wrong files or a wrong spec fail at
+    once with exit code 2, instead of on every worker.
+
+    Raises:
+      UsageError: for invalid parameters, an empty glob, or a first record
+        that does not match `features`.
+    """
+    settings = read_settings(params)
+    specs = settings.specs()
+    for mode in (TRAIN, tf.estimator.ModeKeys.EVAL):
+        pattern, param = settings.pattern(mode)
+        first = list_files(pattern, param)[0]
+        problem = _first_record_problem(first, specs)
+        if problem is not None:
+            raise UsageError(
+                f"{param}={pattern!r} does not match the feature spec: {first}, record 0: "
+                f"{problem}. Check --params=features={format_specs(specs)!r} against how "
+                "the files were written."
+            )
