@@ -41,6 +41,7 @@ def test_named_codes_are_the_documented_ones():
         "OK": 0,
         "FAILURE": 1,
         "USAGE": 2,
+        "BAD_DATA": 3,
         "CLUSTER_MISMATCH": 4,
         "PEER_FAILURE": 150,
         "CLUSTER_TIMEOUT": 151,

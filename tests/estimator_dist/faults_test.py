@@ -186,7 +186,9 @@ def test_worker_that_never_starts_is_named(tmp_path, data_dir):
     jobs = local_jobs(3)
     configs = tf_configs(jobs)
     del configs["worker-1"]
-    args = task_args(tmp_path, data_dir, "--train_steps=100", "--startup_timeout=8")
+    args = task_args(
+        tmp_path, data_dir, "--train_steps=100", "--startup_timeout=8", "--batch_size=48"
+    )
     with tasks(configs, args) as procs:
         codes = {role: p.wait(timeout=90) for role, p in procs.items()}
     output = all_output(procs)
@@ -231,7 +233,10 @@ def test_tasks_with_different_cluster_lists_fail_with_a_diff(tmp_path, data_dir,
         reordered = {"chief": jobs["chief"], "worker": jobs["worker"][::-1]}
         configs["worker-1"] = tf_configs(reordered)["worker-0"]
         odd = "worker-1"
-    args = task_args(tmp_path, data_dir, "--train_steps=100", "--startup_timeout=15")
+    # 48 divides over the 2 or 3 workers that each task's cluster list holds.
+    args = task_args(
+        tmp_path, data_dir, "--train_steps=100", "--startup_timeout=15", "--batch_size=48"
+    )
     with tasks(configs, args) as procs:
         codes = {role: p.wait(timeout=90) for role, p in procs.items()}
     output = all_output(procs)
