@@ -12,18 +12,22 @@ thread for training, as in FACTS.md:
    `--workers` delivers (read, check, shuffle, batch, parse, scale);
 2. training, synthetic input: examples/s that Estimator training of the model
    consumes when input costs nothing (`synthetic` input_fn, cached in memory);
-3. training, TFRecord input: the same training reading the TFRecord files.
+3. training, TFRecord input: the same training reading the TFRecord files;
+4. the same with `cache=true`: records are read and checked in the first
+   epoch only.
 
-The pipeline is not the bottleneck when (1) / (2) is well above 1 and (3)
-is close to (2). The model is `resnet_cifar` for 32x32x3 when it is
-registered, otherwise `mnist_cnn` on 32x32x3 inputs, which consumes more
-examples per second than a ResNet would, so the ratio is a lower bound.
+The pipeline can feed training when (1) / (2) is above 1; (3) / (2) then
+shows what the pipeline's CPU time costs training when both share one core.
+The model is `resnet_cifar` for 32x32x3 when it is registered, otherwise
+`mnist_cnn` on 32x32x3 inputs, which consumes more examples per second than
+a ResNet would, so its ratios are lower bounds.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,6 +44,7 @@ _BATCH = flags.DEFINE_integer(
 )
 _WORKERS = flags.DEFINE_integer("workers", 2, "Workers the data is sharded over.", lower_bound=1)
 _SHARDS = flags.DEFINE_integer("num_shards", 8, "TFRecord files per dataset.", lower_bound=1)
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Measurements of each figure.", lower_bound=1)
 _CHILD = flags.DEFINE_string("child", None, "Internal: run one measurement (JSON) and print it.")
 
 SHAPES = {"mnist": (28, 28, 1), "cifar": (32, 32, 3)}
@@ -155,8 +160,16 @@ def in_child(**spec: object) -> float:
     return float(output.strip().splitlines()[-1])
 
 
-def benchmark(examples: int, seconds: float, batch: int, workers: int, shards: int) -> List[dict]:
-    """Measures every figure for both shapes; returns one row per shape."""
+FIGURES = ("input_alone", "training_synthetic", "training_tfrecord", "training_cached")
+
+
+def benchmark(
+    examples: int, seconds: float, batch: int, workers: int, shards: int, repeats: int
+) -> List[dict]:
+    """Measures every figure `repeats` times, in turn, for both shapes; one row per shape.
+
+    Each figure of a row is the list of its measurements.
+    """
     from estimator_dist.params import parse_params_flag
     from model_fns import MODEL_FNS
 
@@ -170,58 +183,52 @@ def benchmark(examples: int, seconds: float, batch: int, workers: int, shards: i
             "num_examples": 1024,
             "seed": 0,
         }
+        row = {"shape": "x".join(map(str, shape)), "model": model}
+        row.update({figure: [] for figure in FIGURES})
         with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as directory:
             params = parse_params_flag(write_data(directory, shape, examples, shards))
             params.update(seed=0)
-            sharded = {**params, "batch_size": batch * workers}
             single = {**params, "batch_size": batch}
-            input_alone = in_child(
-                kind="input", cpu=cpu, params=sharded, workers=workers, seconds=seconds
-            )
-            consumed = in_child(
-                kind="train",
-                cpu=cpu,
-                model=model,
-                input="synthetic",
-                params=synthetic,
-                seconds=seconds,
-            )
-            with_files = in_child(
-                kind="train",
-                cpu=cpu,
-                model=model,
-                input="tfrecord",
-                params=single,
-                seconds=seconds,
-            )
-        rows.append(
-            {
-                "shape": "x".join(map(str, shape)),
-                "model": model,
-                "input_alone": input_alone,
-                "training_synthetic": consumed,
-                "training_tfrecord": with_files,
+            specs = {
+                "input_alone": dict(
+                    kind="input", params={**params, "batch_size": batch * workers}, workers=workers
+                ),
+                "training_synthetic": dict(kind="train", input="synthetic", params=synthetic),
+                "training_tfrecord": dict(kind="train", input="tfrecord", params=single),
+                "training_cached": dict(
+                    kind="train", input="tfrecord", params={**single, "cache": True}
+                ),
             }
-        )
+            # In turn, so that a slow spell of the machine hits every figure alike.
+            for _ in range(repeats):
+                for figure, spec in specs.items():
+                    row[figure].append(in_child(cpu=cpu, model=model, seconds=seconds, **spec))
+        rows.append(row)
     return rows
 
 
 def format_rows(rows: Sequence[dict], batch: int, workers: int) -> str:
-    """The results as a table, ratios included."""
+    """The results as a table of medians (and ranges), ratios of medians included."""
     lines = [
-        f"Per worker: one CPU core, batch {batch}, data sharded over {workers} workers "
-        "(examples/s).",
+        f"Per worker: one CPU core, batch {batch}, data sharded over {workers} workers; "
+        f"examples/s, median (min-max) of {len(rows[0]['input_alone'])} runs.",
         "| input shape | model | input alone | training, synthetic input | input / training "
-        "| training, TFRecord input | TFRecord / synthetic |",
-        "|---|---|---|---|---|---|---|",
+        "| training, TFRecord input | TFRecord / synthetic | training, TFRecord, cache=true "
+        "| cached / synthetic |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
+        median = {figure: statistics.median(row[figure]) for figure in FIGURES}
+        cell = {
+            figure: f"{median[figure]:,.0f} ({min(row[figure]):,.0f}-{max(row[figure]):,.0f})"
+            for figure in FIGURES
+        }
+        synthetic = median["training_synthetic"]
         lines.append(
-            f"| {row['shape']} | {row['model']} | {row['input_alone']:,.0f} | "
-            f"{row['training_synthetic']:,.0f} | "
-            f"{row['input_alone'] / row['training_synthetic']:.1f}x | "
-            f"{row['training_tfrecord']:,.0f} | "
-            f"{row['training_tfrecord'] / row['training_synthetic']:.2f} |"
+            f"| {row['shape']} | {row['model']} | {cell['input_alone']} | "
+            f"{cell['training_synthetic']} | {median['input_alone'] / synthetic:.1f}x | "
+            f"{cell['training_tfrecord']} | {median['training_tfrecord'] / synthetic:.2f} | "
+            f"{cell['training_cached']} | {median['training_cached'] / synthetic:.2f} |"
         )
     return "\n".join(lines)
 
@@ -233,7 +240,14 @@ def main(argv: Sequence[str]) -> int:
     if _CHILD.value:
         print(run_child(json.loads(_CHILD.value)), flush=True)
         return 0
-    rows = benchmark(_EXAMPLES.value, _SECONDS.value, _BATCH.value, _WORKERS.value, _SHARDS.value)
+    rows = benchmark(
+        _EXAMPLES.value,
+        _SECONDS.value,
+        _BATCH.value,
+        _WORKERS.value,
+        _SHARDS.value,
+        _REPEATS.value,
+    )
     print(format_rows(rows, _BATCH.value, _WORKERS.value), flush=True)
     return 0
 

@@ -199,25 +199,39 @@ class _Reader:
         self.training = training
 
     def _read_file(self, index: tf.Tensor) -> tf.data.Dataset:
-        """(line, file index, position among data lines) of one file, blank lines left out."""
+        """Chunks `(lines [n], file index, positions [n])` of one file, header left out.
+
+        Positions count data lines from 0; work is per chunk, not per line,
+        which keeps the pipeline's CPU cost low.
+        """
         path = tf.gather(tf.constant(self.files), index)
         lines = tf.data.TextLineDataset(path).skip(1 if self.settings.header else 0)
-        lines = lines.enumerate().map(lambda position, line: (line, index, position))
-        return lines.filter(
-            lambda line, index, position: tf.strings.length(tf.strings.strip(line)) > 0
-        )
+
+        def step(count: tf.Tensor, chunk: tf.Tensor) -> tuple:
+            size = tf.size(chunk, out_type=tf.int64)
+            return count + size, (chunk, index, count + tf.range(size))
+
+        return lines.batch(CHUNK).scan(tf.constant(0, tf.int64), step)
 
     def _check_chunk(
-        self, lines: tf.Tensor, file_index: tf.Tensor, position: tf.Tensor
+        self, lines: tf.Tensor, file_index: tf.Tensor, positions: tf.Tensor
     ) -> tf.Tensor:
-        """Returns the good lines of a chunk; fails on, or counts, the bad ones."""
+        """Returns this pipeline's good lines of a chunk; fails on, or counts, bad ones.
+
+        Blank lines are left out; under example-level sharding, so are the
+        lines of the other pipelines.
+        """
+        keep = tf.strings.length(tf.strings.strip(lines)) > 0
+        if self.sharding.by_example:
+            keep = tf.logical_and(keep, keep_position(positions, file_index, self.sharding))
+        lines, positions = tf.boolean_mask(lines, keep), tf.boolean_mask(positions, keep)
         ok, first_bad, fields, counts = self.columns.check(lines)
         header_lines = 2 if self.settings.header else 1
-        paths = tf.constant(self.files)
+        path = tf.gather(tf.constant(self.files), file_index)
 
         def describe(bad: tf.Tensor) -> tuple:
-            files = tf.gather(paths, tf.gather(file_index, bad))
-            line_number = tf.gather(position, bad) + header_lines
+            files = tf.fill(tf.shape(bad), path)
+            line_number = tf.gather(positions, bad) + header_lines
             problems = self.columns.describe(
                 tf.gather(lines, bad),
                 tf.gather(first_bad, bad),
@@ -254,11 +268,7 @@ class _Reader:
         items = indexes.interleave(
             self._read_file, cycle_length=min(own_files, 8), num_parallel_calls=tf.data.AUTOTUNE
         )
-        if sharding.by_example:
-            items = items.filter(
-                lambda line, index, position: keep_position(position, index, sharding)
-            )
-        chunks = items.batch(CHUNK).map(self._check_chunk, num_parallel_calls=tf.data.AUTOTUNE)
+        chunks = items.map(self._check_chunk, num_parallel_calls=tf.data.AUTOTUNE)
         if self.training and self.settings.record_read_ids is not None:
             header = (
                 f"input_fn csv, pipeline {sharding.pipeline_id} of {sharding.pipelines}, "

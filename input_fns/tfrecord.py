@@ -111,6 +111,16 @@ def _example_problems(records: tf.Tensor, specs: Tuple[FeatureSpec, ...]) -> tup
       `(codes, details)`, int64 [n, features]: `_OK` or the problem of each
       feature, and the kind index, value count or byte length it concerns.
     """
+    empty = tf.zeros([0, len(specs)], tf.int64)
+    # decode_proto refuses an empty batch (an end-of-file chunk).
+    return tf.cond(
+        tf.size(records) > 0,
+        lambda: _decode_problems(records, specs),
+        lambda: (empty, empty),
+    )
+
+
+def _decode_problems(records: tf.Tensor, specs: Tuple[FeatureSpec, ...]) -> tuple:
     _, (features,) = tf.io.decode_proto(records, "tensorflow.Example", ["features"], [tf.string])
     _, (entries,) = tf.io.decode_proto(
         _first(features, ""), "tensorflow.Features", ["feature"], [tf.string]
@@ -232,32 +242,34 @@ class _Reader:
         self.training = training
 
     def _read_file(self, index: tf.Tensor) -> tf.data.Dataset:
-        """(record, file index, position, is_end, bytes read) of one file, then an end row.
+        """Chunks of one file's records, then an empty end chunk.
 
-        A frame that is truncated or fails its CRC ends the file's records
-        (`ignore_errors`); the end row then shows fewer bytes read than the
-        file holds, which `_check_chunk` reports. The file is opened first
-        without `ignore_errors`, because a reader that cannot open its file
-        would retry forever: a file removed since the job started fails with
+        Each element is `(records [n], file index, positions [n], is_end,
+        bytes read so far, records read so far)`; work is per chunk, not per
+        record, which keeps the pipeline's CPU cost low. A frame that is
+        truncated or fails its CRC ends the file's records (`ignore_errors`);
+        the end chunk then shows fewer bytes read than the file holds, which
+        `_check_chunk` reports. The file is opened first without
+        `ignore_errors`, because a reader that cannot open its file would
+        retry forever: a file removed since the job started fails with
         TensorFlow's NotFoundError, which names it.
         """
         path = tf.gather(tf.constant(self.files), index)
         opened = tf.data.FixedLengthRecordDataset(path, 1).take(1)
-        records = opened.flat_map(lambda _: tf.data.TFRecordDataset(path).ignore_errors())
-        items = records.map(lambda record: (record, False)).concatenate(
-            tf.data.Dataset.from_tensors((tf.constant(""), True))
+        chunks = opened.flat_map(
+            lambda _: tf.data.TFRecordDataset(path).ignore_errors().batch(CHUNK)
         )
+        end = tf.data.Dataset.from_tensors((tf.zeros([0], tf.string), True))
+        items = chunks.map(lambda records: (records, False)).concatenate(end)
 
         def step(state: tuple, item: tuple) -> tuple:
             offset, count = state
-            record, is_end = item
-            length = tf.cast(tf.strings.length(record), tf.int64) + FRAME_BYTES
-            advance = tf.logical_not(is_end)
-            new_state = (
-                offset + tf.where(advance, length, 0),
-                count + tf.where(advance, tf.constant(1, tf.int64), 0),
-            )
-            return new_state, (record, index, count, is_end, offset)
+            records, is_end = item
+            size = tf.size(records, out_type=tf.int64)
+            lengths = tf.cast(tf.strings.length(records), tf.int64) + FRAME_BYTES
+            offset, positions = offset + tf.reduce_sum(lengths), count + tf.range(size)
+            count = count + size
+            return (offset, count), (records, index, positions, is_end, offset, count)
 
         return items.scan((tf.constant(0, tf.int64), tf.constant(0, tf.int64)), step)
 
@@ -265,40 +277,57 @@ class _Reader:
         self,
         records: tf.Tensor,
         file_index: tf.Tensor,
-        position: tf.Tensor,
+        positions: tf.Tensor,
         is_end: tf.Tensor,
         offset: tf.Tensor,
+        count: tf.Tensor,
     ) -> tf.Tensor:
-        """Returns the good records of a chunk; fails on, or counts, the bad ones."""
+        """Returns this pipeline's good records of a chunk; fails on, or counts, bad ones."""
+        if self.sharding.by_example:
+            keep = keep_position(positions, file_index, self.sharding)
+            records, positions = tf.boolean_mask(records, keep), tf.boolean_mask(positions, keep)
         codes, details = _example_problems(records, self.specs)
+        records_ok = tf.reduce_all(tf.equal(codes, _OK), axis=1)
         size = tf.gather(tf.constant(self.sizes, tf.int64), file_index)
-        ok = tf.where(is_end, tf.equal(offset, size), tf.reduce_all(tf.equal(codes, _OK), axis=1))
-        paths = tf.constant(self.files)
+        tail_ok = tf.logical_or(tf.logical_not(is_end), tf.equal(offset, size))
+        # One more row for the end of the file, after the records.
+        ok = tf.concat([records_ok, [tail_ok]], axis=0)
+        path = tf.gather(tf.constant(self.files), file_index)
 
         def describe(bad: tf.Tensor) -> tuple:
-            files = tf.gather(paths, tf.gather(file_index, bad))
-            where = tf.strings.join(
-                [files, ", record ", tf.strings.as_string(tf.gather(position, bad)), ": "]
-            )
+            at_tail = tf.equal(bad, tf.size(records, out_type=tf.int64))
+            where = tf.gather(tf.concat([positions, [count]], axis=0), bad)
             tail = tf.strings.join(
                 [
                     "the file ends early or this record is corrupt (truncated frame or CRC "
                     "mismatch): only ",
-                    tf.strings.as_string(tf.gather(offset, bad)),
+                    tf.strings.as_string(offset),
                     " of its ",
-                    tf.strings.as_string(tf.gather(size, bad)),
+                    tf.strings.as_string(size),
                     " bytes could be read",
                 ]
             )
+            padding = tf.zeros([1, len(self.specs)], tf.int64)
             problems = _describe_problems(
-                tf.gather(codes, bad), tf.gather(details, bad), self.specs
+                tf.gather(tf.concat([codes, padding], axis=0), bad),
+                tf.gather(tf.concat([details, padding], axis=0), bad),
+                self.specs,
             )
-            problem = tf.where(tf.gather(is_end, bad), tail, problems)
-            return files, tf.strings.join([where, problem])
+            files = tf.fill(tf.shape(bad), path)
+            messages = tf.strings.join(
+                [
+                    files,
+                    ", record ",
+                    tf.strings.as_string(where),
+                    ": ",
+                    tf.where(at_tail, tail, problems),
+                ]
+            )
+            return files, messages
 
         noted = bad_data.check(ok, describe, self.settings.skip_bad_records)
         with tf.control_dependencies([noted]):
-            return tf.boolean_mask(records, tf.logical_and(ok, tf.logical_not(is_end)))
+            return tf.boolean_mask(records, records_ok)
 
     def _ids(self, records: tf.Tensor) -> tf.Tensor:
         name = self.settings.id_feature
@@ -322,13 +351,7 @@ class _Reader:
         items = indexes.interleave(
             self._read_file, cycle_length=min(own_files, 8), num_parallel_calls=tf.data.AUTOTUNE
         )
-        if sharding.by_example:
-            items = items.filter(
-                lambda record, index, position, is_end, offset: tf.logical_or(
-                    is_end, keep_position(position, index, sharding)
-                )
-            )
-        chunks = items.batch(CHUNK).map(self._check_chunk, num_parallel_calls=tf.data.AUTOTUNE)
+        chunks = items.map(self._check_chunk, num_parallel_calls=tf.data.AUTOTUNE)
         if self.training and self.settings.record_read_ids is not None:
             header = f"input_fn tfrecord, pipeline {sharding.pipeline_id} of {sharding.pipelines}"
             path = ids.ids_path(
