@@ -112,6 +112,11 @@ def input_fn(
 
     Returns:
       Batches of `({"image": float32 [b, 8, 8, 1]}, int32 label)`.
+
+    Example:
+      >>> import tensorflow as tf
+      >>> input_fn(tf.estimator.ModeKeys.EVAL, None,  # doctest: +SKIP
+      ...          {"batch_size": 32, "data_dir": "/tmp/tfds"})
     """
     params = params or {}
     prepare(params)

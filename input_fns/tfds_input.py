@@ -251,6 +251,19 @@ def mnist(
 ) -> tf.data.Dataset:
     """`input_fn` for TFDS `mnist` (28x28x1), prepared under `params["data_dir"]`.
 
+    Args:
+      mode: A `tf.estimator.ModeKeys` value.
+      input_context: This worker's pipeline id and count, or None.
+      params: `split`, `eval_split` and the `PipelineParams` (`batch_size`
+        global, `data_dir`, `seed`, ...).
+
+    Returns:
+      Batches of `({"image": float32 [b, 28, 28, 1]}, int32 label)`.
+
+    Raises:
+      UsageError: for an unknown split or invalid parameters.
+      DatasetNotFoundError: if the dataset is not prepared under `data_dir`.
+
     Example:
       >>> import tensorflow as tf
       >>> mnist(tf.estimator.ModeKeys.TRAIN, None,  # doctest: +SKIP
@@ -266,6 +279,19 @@ def fashion_mnist(
 ) -> tf.data.Dataset:
     """`input_fn` for TFDS `fashion_mnist` (28x28x1), prepared under `params["data_dir"]`.
 
+    Args:
+      mode: A `tf.estimator.ModeKeys` value.
+      input_context: This worker's pipeline id and count, or None.
+      params: `split`, `eval_split` and the `PipelineParams` (`batch_size`
+        global, `data_dir`, `seed`, ...).
+
+    Returns:
+      Batches of `({"image": float32 [b, 28, 28, 1]}, int32 label)`.
+
+    Raises:
+      UsageError: for an unknown split or invalid parameters.
+      DatasetNotFoundError: if the dataset is not prepared under `data_dir`.
+
     Example:
       >>> import tensorflow as tf
       >>> fashion_mnist(tf.estimator.ModeKeys.EVAL, None,  # doctest: +SKIP
@@ -280,6 +306,19 @@ def cifar10(
     params: Optional[Mapping[str, Any]] = None,
 ) -> tf.data.Dataset:
     """`input_fn` for TFDS `cifar10` (32x32x3), prepared under `params["data_dir"]`.
+
+    Args:
+      mode: A `tf.estimator.ModeKeys` value.
+      input_context: This worker's pipeline id and count, or None.
+      params: `split`, `eval_split` and the `PipelineParams` (`batch_size`
+        global, `data_dir`, `seed`, ...).
+
+    Returns:
+      Batches of `({"image": float32 [b, 32, 32, 3]}, int32 label)`.
+
+    Raises:
+      UsageError: for an unknown split or invalid parameters.
+      DatasetNotFoundError: if the dataset is not prepared under `data_dir`.
 
     Example:
       >>> import tensorflow as tf
