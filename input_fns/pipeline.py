@@ -23,7 +23,11 @@ from absl import logging
 
 from estimator_dist.errors import UsageError
 
-TRAIN = tf.estimator.ModeKeys.TRAIN
+#: `tf.estimator.ModeKeys` values, spelled out so that reading data (as
+#: `estimator_dist.predict` does) never imports tensorflow_estimator.
+TRAIN = "train"
+EVAL = "eval"
+PREDICT = "infer"
 #: Records handled at once by the vectorised checks of the file readers.
 CHUNK = 256
 

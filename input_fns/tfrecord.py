@@ -36,6 +36,7 @@ from estimator_dist.params import from_params
 from input_fns import bad_data, ids
 from input_fns.pipeline import (
     CHUNK,
+    EVAL,
     TRAIN,
     FileParams,
     Sharding,
@@ -465,7 +466,7 @@ def prepare(params: Mapping[str, Any]) -> None:
     """
     settings = read_settings(params)
     specs = settings.specs()
-    for mode in (TRAIN, tf.estimator.ModeKeys.EVAL):
+    for mode in (TRAIN, EVAL):
         pattern, param = settings.pattern(mode)
         first = list_files(pattern, param)[0]
         problem = _first_record_problem(first, specs)
