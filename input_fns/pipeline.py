@@ -16,7 +16,7 @@ position-based subset of the records), none with one pipeline.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Optional, Tuple
+from typing import Any, Callable, Iterator, Mapping, Optional, Tuple
 
 import tensorflow as tf
 from absl import logging
@@ -274,3 +274,50 @@ class FileParams(PipelineParams):
         if mode == TRAIN or not self.eval_files:
             return self.files, "files"
         return self.eval_files, "eval_files"
+
+
+def read_files(
+    name: str,
+    mode: str,
+    input_context: Optional[tf.distribute.InputContext],
+    settings: FileParams,
+    make_reader: Callable[[Tuple[str, ...], FileParams, Sharding, bool], Any],
+) -> tf.data.Dataset:
+    """The input_fn of a file reader: lists, shards, logs, reads and assembles.
+
+    Args:
+      name: The input_fn's name, for the log.
+      mode: TRAIN reads `files`; EVAL and PREDICT read `eval_files` (or
+        `files`, with a warning).
+      input_context: This worker's pipeline id and count, or None.
+      settings: The reader's validated settings.
+      make_reader: `(files, settings, sharding, training)` to an object with
+        `epoch()` (one pass over this worker's raw records) and
+        `decode(batch)` (to `(features, label)`).
+
+    Returns:
+      The dataset the input_fn returns.
+
+    Raises:
+      UsageError: if the glob matches no file.
+    """
+    pattern, param = settings.pattern(mode)
+    if mode != TRAIN and param == "files":
+        logging.warning("input_fn %s: no eval_files given; evaluating on files=%s.", name, pattern)
+    files = list_files(pattern, param)
+    sharding = decide_sharding(len(files), input_context)
+    _, per_replica = batch_sizes(settings.batch_size, input_context)
+    log_input(name, mode, pattern, settings, input_context, sharding)
+    reader = make_reader(files, settings, sharding, mode == TRAIN)
+    return assemble(reader.epoch(), mode, settings, per_replica, reader.decode)
+
+
+def first_files(settings: FileParams) -> Iterator[Tuple[str, str, str]]:
+    """Yields (parameter, glob, first file) of the training and evaluation files.
+
+    Raises:
+      UsageError: if a glob matches no file.
+    """
+    for mode in (TRAIN, EVAL):
+        pattern, param = settings.pattern(mode)
+        yield param, pattern, list_files(pattern, param)[0]
