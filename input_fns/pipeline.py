@@ -16,7 +16,7 @@ position-based subset of the records), none with one pipeline.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterator, Mapping, Optional, Tuple
+from typing import Any, Callable, ClassVar, Iterator, Mapping, Optional, Tuple
 
 import tensorflow as tf
 from absl import logging
@@ -61,11 +61,18 @@ class PipelineParams:
     id_feature: Optional[str] = None
     record_read_ids: Optional[str] = None
 
+    #: Smallest valid `shuffle_buffer`; an input function that can read its
+    #: data in a fixed order lowers it to 0 (no shuffling).
+    MIN_SHUFFLE_BUFFER: ClassVar[int] = 1
+
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, received {self.batch_size}.")
-        if self.shuffle_buffer < 1:
-            raise ValueError(f"shuffle_buffer must be at least 1, received {self.shuffle_buffer}.")
+        if self.shuffle_buffer < self.MIN_SHUFFLE_BUFFER:
+            raise ValueError(
+                f"shuffle_buffer must be at least {self.MIN_SHUFFLE_BUFFER}, received "
+                f"{self.shuffle_buffer}."
+            )
         if not self.label_key:
             raise ValueError("label_key must name a feature, received an empty string.")
         if self.record_read_ids is not None and not self.record_read_ids:
