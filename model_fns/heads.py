@@ -25,8 +25,8 @@ from typing import Callable, Optional
 import tensorflow as tf
 
 HEADS = ("classification", "regression")
-PREDICT = tf.estimator.ModeKeys.PREDICT
-EVAL = tf.estimator.ModeKeys.EVAL
+PREDICT = "infer"
+EVAL = "eval"
 
 
 def validate_head(head: str, n_classes: int) -> None:
@@ -76,8 +76,9 @@ class Head:
             TRAIN mode only.
 
         Returns:
-          The spec; PREDICT carries `serving_default` (ClassificationOutput or
-          RegressionOutput) and `predict` (every prediction) signatures.
+          The spec; PREDICT carries `serving_default` and `predict` (every
+          prediction, from any receiver) and `classification` or `regression`
+          (Classify/Regress APIs, with a tf.Example parsing receiver only).
         """
         if self.kind == "regression":
             return self._regression(mode, logits, labels, train_op_fn)
@@ -115,7 +116,7 @@ class Head:
                 mode,
                 predictions=predictions,
                 export_outputs={
-                    "serving_default": classification,
+                    "serving_default": tf.estimator.export.PredictOutput(predictions),
                     "classification": classification,
                     "predict": tf.estimator.export.PredictOutput(predictions),
                 },
@@ -155,7 +156,7 @@ class Head:
                 mode,
                 predictions=predictions,
                 export_outputs={
-                    "serving_default": regression,
+                    "serving_default": tf.estimator.export.PredictOutput(predictions),
                     "regression": regression,
                     "predict": tf.estimator.export.PredictOutput(predictions),
                 },

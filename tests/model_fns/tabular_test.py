@@ -194,28 +194,32 @@ def test_regression_metrics_match_numpy():
 
 
 @pytest.mark.parametrize(
-    "head, serving, keys",
+    "head, signature, serving, keys",
     [
         (
             "binary",
+            "classification",
             tf.estimator.export.ClassificationOutput,
             {"logits", "probabilities", "class_ids", "logistic"},
         ),
         (
             "multiclass",
+            "classification",
             tf.estimator.export.ClassificationOutput,
             {"logits", "probabilities", "class_ids"},
         ),
-        ("regression", tf.estimator.export.RegressionOutput, {"predictions"}),
+        ("regression", "regression", tf.estimator.export.RegressionOutput, {"predictions"}),
     ],
 )
-def test_predict_export_outputs(head, serving, keys):
+def test_predict_export_outputs(head, signature, serving, keys):
     with tf.Graph().as_default():
         features, _, params = batch(head)
         spec = tabular.wide_and_deep(features, None, PREDICT, {**SMALL, **params})
         assert spec.loss is None and spec.train_op is None
         assert set(spec.predictions) == keys
-        assert isinstance(spec.export_outputs["serving_default"], serving)
+        assert isinstance(spec.export_outputs["serving_default"], tf.estimator.export.PredictOutput)
+        assert set(spec.export_outputs["serving_default"].outputs) == keys
+        assert isinstance(spec.export_outputs[signature], serving)
         predict = spec.export_outputs["predict"]
         assert isinstance(predict, tf.estimator.export.PredictOutput)
         assert set(predict.outputs) == keys
@@ -260,8 +264,8 @@ def test_estimator_trains_evaluates_predicts_and_exports(tmp_path):
     assert metrics["accuracy"] > 0.6
     predictions = list(estimator.predict(input_fn(PREDICT)))
     assert len(predictions) == 30
-    # Classify and Regress signatures take serialized tf.Examples, so
-    # serving_default exists with a parsing receiver; raw tensors get `predict`.
+    # Classify and Regress signatures take serialized tf.Examples, so they
+    # exist with a parsing receiver; serving_default predicts from either.
     columns = [
         tf.feature_column.numeric_column(name) for name in tabular_input.load("iris").columns
     ]
@@ -274,8 +278,11 @@ def test_estimator_trains_evaluates_predicts_and_exports(tmp_path):
     example = tf.train.Example()
     for name, value in zip(tabular_input.load("iris").columns, [0.5, -0.2, 1.0, 1.2]):
         example.features.feature[name].float_list.value.append(value)
-    scores = signatures["serving_default"](tf.constant([example.SerializeToString()]))["scores"]
+    serialized = tf.constant([example.SerializeToString()])
+    scores = signatures["classification"](serialized)["scores"]
     np.testing.assert_allclose(scores.numpy().sum(), 1.0, rtol=1e-5)
+    probabilities = signatures["serving_default"](serialized)["probabilities"]
+    np.testing.assert_allclose(probabilities.numpy(), scores.numpy(), rtol=1e-6)
 
 
 def test_sparse_gradients_reach_the_all_reduce_dense():
