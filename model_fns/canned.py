@@ -96,16 +96,45 @@ class CannedWideDeepParams(WideDeepParams):
         _check_canned(self)
 
 
+def _with_dense_gradients(optimizer_class: type) -> type:
+    """Subclasses a legacy Keras optimizer so it all-reduces sparse gradients as dense ones.
+
+    Linear and embedding columns give IndexedSlices gradients whose size
+    depends on the examples each worker read; MultiWorkerMirroredStrategy's
+    graph-mode all-reduce fails when the sizes differ between workers
+    ("Shape mismatch in the collective instance"). The canned estimators pass
+    them to `optimizer.get_updates`, which takes them from `get_gradients`.
+    """
+
+    def get_gradients(self: Any, loss: tf.Tensor, params: list) -> list:
+        gradients = super(dense_class, self).get_gradients(loss, params)
+        return [
+            tf.convert_to_tensor(gradient) if isinstance(gradient, tf.IndexedSlices) else gradient
+            for gradient in gradients
+        ]
+
+    dense_class = type(
+        optimizer_class.__name__, (optimizer_class,), {"get_gradients": get_gradients}
+    )
+    return dense_class
+
+
+_DENSE_OPTIMIZERS = {name: _with_dense_gradients(cls) for name, cls in _KERAS_OPTIMIZERS.items()}
+
+
 def keras_optimizer(name: str, learning_rate: float) -> Callable[[], Any]:
     """A factory of the legacy Keras optimizer `name`, as the V2 canned estimators take.
 
-    A factory, not an instance: the estimator calls it in each graph it builds.
+    A factory, not an instance: the estimator calls it in each graph it
+    builds. The optimizer turns sparse gradients into dense ones before the
+    all-reduce, which multi-worker training needs (see
+    `model_fns.tabular.minimize_dense`).
 
     Example:
       >>> type(keras_optimizer("ftrl", 0.1)()).__name__
       'Ftrl'
     """
-    return functools.partial(_KERAS_OPTIMIZERS[name], learning_rate=learning_rate)
+    return functools.partial(_DENSE_OPTIMIZERS[name], learning_rate=learning_rate)
 
 
 def _head_kwargs(params: Any) -> dict:
