@@ -6,9 +6,11 @@ Both also accept `package.module:function`.
 """
 
 from estimator_dist.registry import Registry
-from model_fns import keras_cnn, mnist_cnn
+from model_fns import keras_cnn, mnist_cnn, resnet_cifar
 
-MODEL_FNS = Registry("model_fn", {"mnist_cnn": mnist_cnn.model_fn})
+MODEL_FNS = Registry(
+    "model_fn", {"mnist_cnn": mnist_cnn.model_fn, "resnet_cifar": resnet_cifar.model_fn}
+)
 KERAS_MODELS = Registry("keras_model", {"mnist_cnn": keras_cnn.build_mnist_cnn})
 
 __all__ = ["KERAS_MODELS", "MODEL_FNS"]
