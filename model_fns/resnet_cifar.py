@@ -46,6 +46,7 @@ from absl import logging
 from estimator_dist.params import from_params
 
 BATCH_NORM_MODES = ("local", "sync")
+DTYPES = ("float32", "float64")
 BATCH_NORM_DECAY = 0.997
 BATCH_NORM_EPSILON = 1e-5
 #: The batch size `base_learning_rate` is given for (the linear scaling rule).
@@ -152,6 +153,9 @@ class ResnetParams:
         must divide the per-replica batch.
       seed: Seed of the weight initialisers, so that every run (and every
         worker) starts from the same weights; None draws fresh ones.
+      dtype: `float32`, or `float64` for numerical checks: float32 round-off
+        in the backward pass of a batch-normalised network is about 1e-4 of
+        the gradient's scale, which hides exact equalities after a few steps.
     """
 
     depth: int = 20
@@ -167,6 +171,7 @@ class ResnetParams:
     batch_norm: str = "local"
     virtual_batch_size: Optional[int] = None
     seed: Optional[int] = 0
+    dtype: str = "float32"
 
     def __post_init__(self) -> None:
         if self.depth < 8 or (self.depth - 2) % 6:
@@ -191,6 +196,8 @@ class ResnetParams:
             raise ValueError(
                 f"batch_norm {self.batch_norm!r} is unknown; valid: {', '.join(BATCH_NORM_MODES)}."
             )
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype!r} is unknown; valid: {', '.join(DTYPES)}.")
         if self.virtual_batch_size is not None:
             self._check_virtual_batch_size()
         if self.decay_epochs is not None and self.decay_steps is not None:
@@ -341,12 +348,14 @@ class ResnetCifar(tf.keras.Model):
                     layers["bn_shortcut"] = self._batch_norm(f"{name}_bn_shortcut")
                 self.blocks.append(layers)
         self.dense = tf.keras.layers.Dense(
-            params.num_classes, kernel_initializer=initializers.dense(), name="dense"
+            params.num_classes,
+            kernel_initializer=initializers.dense(),
+            dtype=params.dtype,
+            name="dense",
         )
 
-    @staticmethod
     def _conv(
-        filters: int, size: int, strides: int, initializers: _Initializers, name: str
+        self, filters: int, size: int, strides: int, initializers: _Initializers, name: str
     ) -> tf.keras.layers.Conv2D:
         return tf.keras.layers.Conv2D(
             filters,
@@ -355,6 +364,7 @@ class ResnetCifar(tf.keras.Model):
             padding="same",
             use_bias=False,
             kernel_initializer=initializers.conv(),
+            dtype=self._params.dtype,
             name=name,
         )
 
@@ -364,10 +374,12 @@ class ResnetCifar(tf.keras.Model):
             epsilon=BATCH_NORM_EPSILON,
             synchronized=self._params.batch_norm == "sync",
             virtual_batch_size=self._params.virtual_batch_size,
+            dtype=self._params.dtype,
             name=name,
         )
 
     def call(self, images: tf.Tensor, training: bool = False) -> tf.Tensor:
+        images = tf.cast(images, self._params.dtype)
         x = tf.nn.relu(self.stem_bn(self.stem(images), training=training))
         for layers in self.blocks:
             y = tf.nn.relu(layers["bn_a"](layers["conv_a"](x), training=training))
@@ -442,8 +454,8 @@ def model_fn(
     class_ids = tf.argmax(logits, axis=1)
     predictions = {
         "class_ids": class_ids,
-        "probabilities": tf.nn.softmax(logits),
-        "logits": logits,
+        "probabilities": tf.cast(tf.nn.softmax(logits), tf.float32),
+        "logits": tf.cast(logits, tf.float32),
     }
     if mode == tf.estimator.ModeKeys.PREDICT:
         return tf.estimator.EstimatorSpec(
@@ -456,16 +468,18 @@ def model_fn(
         tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
     )
     decay = tf.add_n([tf.reduce_sum(tf.square(w)) for w in network.weight_decay_variables()])
-    loss = cross_entropy + hparams.weight_decay * decay
+    loss = cross_entropy + tf.cast(hparams.weight_decay, logits.dtype) * decay
     if mode == tf.estimator.ModeKeys.EVAL:
         metrics = {
             "accuracy": tf.compat.v1.metrics.accuracy(labels=labels, predictions=class_ids),
             "cross_entropy": tf.compat.v1.metrics.mean(cross_entropy),
         }
         if hparams.num_classes > 5:
-            in_top_5 = tf.nn.in_top_k(predictions=logits, targets=labels, k=5)
+            in_top_5 = tf.nn.in_top_k(predictions=predictions["logits"], targets=labels, k=5)
             metrics["accuracy_top_5"] = tf.compat.v1.metrics.mean(tf.cast(in_top_5, tf.float32))
-        return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
+        return tf.estimator.EstimatorSpec(
+            mode, loss=tf.cast(loss, tf.float32), eval_metric_ops=metrics
+        )
 
     schedule = hparams.schedule()
     _log_schedule_once(hparams, schedule)
@@ -483,4 +497,4 @@ def model_fn(
     # Keras layers in a graph-mode model_fn keep their moving-average updates
     # to themselves (not in UPDATE_OPS): run them with every step.
     train_op = tf.group(minimize, *network.updates)
-    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+    return tf.estimator.EstimatorSpec(mode, loss=tf.cast(loss, tf.float32), train_op=train_op)
