@@ -398,6 +398,27 @@ class ResnetCifar(tf.keras.Model):
         ]
 
 
+def learning_rate_tensor(schedule: LearningRateSchedule, global_step: tf.Tensor) -> tf.Tensor:
+    """The learning rate of `global_step` as a graph tensor.
+
+    Args:
+      schedule: From `ResnetParams.schedule()`.
+      global_step: The integer global step tensor.
+
+    Returns:
+      A float32 scalar: `schedule.rate_at(global_step)`.
+
+    Example:
+      >>> schedule = ResnetParams(batch_size=256).schedule()
+      >>> rate = learning_rate_tensor(schedule, tf.constant(0, tf.int64))  # 0.2
+    """
+    if not schedule.boundaries:
+        return tf.constant(schedule.values[0], tf.float32)
+    return tf.compat.v1.train.piecewise_constant(
+        global_step, list(schedule.boundaries), [float(v) for v in schedule.values]
+    )
+
+
 _LOGGED_SCHEDULES: set = set()
 
 
@@ -484,12 +505,7 @@ def model_fn(
     schedule = hparams.schedule()
     _log_schedule_once(hparams, schedule)
     global_step = tf.compat.v1.train.get_or_create_global_step()
-    if schedule.boundaries:
-        learning_rate = tf.compat.v1.train.piecewise_constant(
-            global_step, list(schedule.boundaries), list(schedule.values)
-        )
-    else:
-        learning_rate = tf.constant(schedule.values[0])
+    learning_rate = learning_rate_tensor(schedule, global_step)
     tf.compat.v1.summary.scalar("learning_rate", learning_rate)
     tf.compat.v1.summary.scalar("cross_entropy", cross_entropy)
     optimizer = tf.compat.v1.train.MomentumOptimizer(learning_rate, momentum=hparams.momentum)
