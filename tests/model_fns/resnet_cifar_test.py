@@ -23,8 +23,14 @@ DRIVER = {"batch_size": 4, "learning_rate": 0.001, "data_dir": "/unused", "seed"
 @pytest.mark.parametrize(
     "values, message",
     [
-        ({"depth": 21}, "depth must be 6n + 2 with n >= 1 (8, 14, 20, 32, 56, 110, ...), received 21"),
-        ({"depth": 2}, "depth must be 6n + 2 with n >= 1 (8, 14, 20, 32, 56, 110, ...), received 2"),
+        (
+            {"depth": 21},
+            "depth must be 6n + 2 with n >= 1 (8, 14, 20, 32, 56, 110, ...), received 21",
+        ),
+        (
+            {"depth": 2},
+            "depth must be 6n + 2 with n >= 1 (8, 14, 20, 32, 56, 110, ...), received 2",
+        ),
         ({"num_classes": 0}, "num_classes must be at least 1, received 0"),
         ({"batch_size": 0}, "batch_size must be at least 1, received 0"),
         ({"num_train_examples": 0}, "num_train_examples must be at least 1, received 0"),
@@ -95,7 +101,8 @@ def test_fail_with_unknown_param_key_but_not_with_the_drivers_learning_rate():
 
 
 @pytest.mark.parametrize(
-    "batch_size, base, initial", [(128, 0.1, 0.1), (256, 0.1, 0.2), (32, 0.1, 0.025), (64, 0.4, 0.2)]
+    "batch_size, base, initial",
+    [(128, 0.1, 0.1), (256, 0.1, 0.2), (32, 0.1, 0.025), (64, 0.4, 0.2)],
 )
 def test_learning_rate_scales_linearly_with_the_global_batch(batch_size, base, initial):
     schedule = ResnetParams(batch_size=batch_size, base_learning_rate=base).schedule()
@@ -162,13 +169,16 @@ def trainable_count(depth):
 
 
 def test_resnet20_has_0_27m_parameters_and_deeper_ones_grow_by_whole_blocks():
-    resnet20 = trainable_count(20)
-    assert resnet20 == resnet_cifar.count_parameters(20) == 272_762
     # Each extra block in each stage: two 3x3 convolutions and two batch norms
     # of 16, 32 and 64 channels.
     per_block_each_stage = sum(2 * 9 * c * c + 4 * c for c in (16, 32, 64))
     assert per_block_each_stage == 97_216
-    assert trainable_count(32) == resnet20 + 2 * per_block_each_stage == 467_194
+    resnet8, resnet20 = trainable_count(8), trainable_count(20)
+    assert resnet20 == 272_762
+    assert resnet20 == resnet8 + 2 * per_block_each_stage
+    assert resnet_cifar.count_parameters(8) == resnet8
+    assert resnet_cifar.count_parameters(20) == resnet20
+    assert resnet_cifar.count_parameters(32) == resnet20 + 2 * per_block_each_stage == 467_194
     assert resnet_cifar.count_parameters(56) == resnet20 + 6 * per_block_each_stage == 856_058
 
 
@@ -205,8 +215,8 @@ def bn_variables(name):
 
 @pytest.mark.parametrize(
     "extra",
-    [{}, {"batch_norm": "sync"}, {"virtual_batch_size": 2}, {"dtype": "float64"}],
-    ids=["local", "sync", "ghost", "float64"],
+    [{}, {"batch_norm": "sync"}, {"virtual_batch_size": 2, "dtype": "float64"}],
+    ids=["local", "sync", "ghost-float64"],
 )
 def test_train_step_updates_weights_and_batch_norm_moving_statistics(extra):
     params = {**DRIVER, "depth": 8, **extra}
