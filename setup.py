@@ -45,6 +45,8 @@ setup(
         "console_scripts": [
             "estimator-dist-train=estimator_dist.train:run",
             "estimator-dist-launch=estimator_dist.launch:run",
+            "estimator-dist-check=estimator_dist.check:run",
+            "estimator-dist-predict=estimator_dist.predict:run",
             "estimator-dist-convert=input_fns.convert:run",
             "estimator-dist-verify=input_fns.verify:run",
         ]

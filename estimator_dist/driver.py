@@ -30,17 +30,18 @@ import platform
 import re
 import socket
 import time
-from typing import Any, Callable, Iterator, Mapping, Optional, Union
+from typing import Any, Callable, Iterator, Mapping, Optional, Tuple, Union
 
 import tensorflow as tf
 from absl import logging
 
+from estimator_dist import export, pitfalls
 from estimator_dist.cluster import CHIEF, EVALUATOR, PS, ClusterConfig
 from estimator_dist.errors import PeerFailureError, UsageError
 from estimator_dist.rendezvous import rendezvous
 from estimator_dist.watchdog import EvaluatorWatchdog, Watchdog
 from input_fns import INPUT_FNS, bad_data, prepare_input
-from model_fns import KERAS_MODELS, MODEL_FNS
+from model_fns import ESTIMATORS, KERAS_MODELS, MODEL_FNS
 from run_config.run_config import RunConfigOptions, make_run_config
 from run_config.strategies import Strategies, StrategyConfig, make_strategies
 
@@ -55,16 +56,8 @@ PEER_ERRORS = (
     tf.errors.DeadlineExceededError,
     tf.errors.CancelledError,
 )
-#: Logged when a multi-worker job's input_fn cannot shard by itself.
-NO_INPUT_CONTEXT_WARNING = (
-    "input_fn %s takes no `input_context`, so it cannot shard its data over the %d workers: "
-    "Estimator calls it unchanged on every worker and does not shard what it returns, so "
-    "unless it shards by other means every worker reads the same examples and each epoch "
-    "is read %d times. Declare "
-    "`input_fn(mode, input_context=None, params=None)` and shard by "
-    "input_context.input_pipeline_id; check it with --params=record_read_ids=DIR and "
-    "`python -m input_fns.verify`."
-)
+#: What `--export` can name.
+EXPORTS = ("latest", "best")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +68,19 @@ class JobConfig:
       model_fn: Registry name or `package.module:function` of a model_fn.
       keras_model: Registry name or `package.module:function` of a function
         returning a compiled Keras model; replaces `model_fn` when set.
+      estimator: Registry name or `package.module:function` of a function
+        `build(config, params)` returning a `tf.estimator.Estimator` (such as
+        a canned `DNNClassifier`) built with the RunConfig it is given;
+        replaces `model_fn` when set.
+      warm_start_from: Checkpoint (or directory) whose variables initialise
+        the model when `model_dir` has no checkpoint yet.
+      exports: Which SavedModels the evaluator exports after evaluations:
+        `latest` (every evaluation, keeping `exports_to_keep`) and/or `best`
+        (when `export_best_by` improves).
+      export_best_by: Metric deciding the best export, `name`, `name:min` or
+        `name:max`; without a suffix, names like loss, error, rmse and mae
+        are minimised and others maximised.
+      exports_to_keep: Exports kept of each kind.
       input_fn: Registry name or `package.module:function` of an input_fn.
       train_steps: Global steps to train; every task stops there.
       eval_steps: Evaluation batches; None reads the whole evaluation data.
@@ -97,6 +103,7 @@ class JobConfig:
     run: RunConfigOptions
     model_fn: str = "mnist_cnn"
     keras_model: Optional[str] = None
+    estimator: Optional[str] = None
     input_fn: str = "digits"
     train_steps: int = 1000
     eval_steps: Optional[int] = None
@@ -110,8 +117,38 @@ class JobConfig:
     eval_throttle_secs: int = 5
     startup_timeout: float = 600.0
     stall_timeout: float = 600.0
+    warm_start_from: Optional[str] = None
+    exports: Tuple[str, ...] = EXPORTS
+    export_best_by: str = "loss"
+    exports_to_keep: int = 3
 
     def __post_init__(self) -> None:
+        if self.keras_model and self.estimator:
+            raise UsageError(
+                f"Give --keras_model or --estimator, not both; received "
+                f"--keras_model={self.keras_model} and --estimator={self.estimator}."
+            )
+        unknown = sorted(set(self.exports) - set(EXPORTS))
+        if unknown:
+            raise UsageError(
+                f"--export names {', '.join(unknown)}; valid: {', '.join(EXPORTS)} (or none)."
+            )
+        name, colon, direction = self.export_best_by.partition(":")
+        if not name or (colon and direction not in ("min", "max")):
+            raise UsageError(
+                f"--export_best_by={self.export_best_by!r} is not `metric`, `metric:min` or "
+                "`metric:max`; for example --export_best_by=accuracy:max."
+            )
+        if self.exports_to_keep < 1:
+            raise UsageError(
+                f"exports_to_keep must be at least 1, received {self.exports_to_keep}."
+            )
+        if self.warm_start_from and self.keras_model:
+            raise UsageError(
+                f"--warm_start_from={self.warm_start_from} cannot be used with --keras_model: "
+                "model_to_estimator starts from the Keras model's own weights. Load them in "
+                "your build function with model.load_weights(...) instead."
+            )
         for name in ("startup_timeout", "stall_timeout"):
             if getattr(self, name) <= 0:
                 raise UsageError(f"{name} must be positive, received {getattr(self, name)}.")
@@ -189,14 +226,6 @@ def bind_input_fn(input_fn: Callable, params: Mapping[str, Any]) -> Callable:
         return call(mode, None)
 
     return functools.update_wrapper(without_context, input_fn)
-
-
-def warn_without_input_context(input_fn: Callable, name: str, num_workers: int) -> bool:
-    """Logs `NO_INPUT_CONTEXT_WARNING` for a multi-worker job; returns whether it did."""
-    if num_workers < 2 or "input_context" in inspect.signature(input_fn).parameters:
-        return False
-    logging.warning(NO_INPUT_CONTEXT_WARNING, name, num_workers, num_workers)
-    return True
 
 
 class MetricsExporter(tf.estimator.Exporter):
@@ -347,11 +376,15 @@ def _element_spec(input_fn: Callable, mode: str) -> tuple:
     return spec, None
 
 
-def _feature_shapes(input_fn: Callable) -> dict:
-    features, _ = _element_spec(input_fn, tf.estimator.ModeKeys.EVAL)
-    if not isinstance(features, Mapping):
-        features = {"image": features}
-    return {name: spec.shape.as_list()[1:] for name, spec in features.items()}
+def _placeholders(specs: Any) -> Any:
+    return tf.nest.map_structure(
+        lambda spec: tf.compat.v1.placeholder(spec.dtype, spec.shape), specs
+    )
+
+
+def _call_model_fn(model_fn: Callable, arguments: Mapping[str, Any]) -> Any:
+    accepted = inspect.signature(model_fn).parameters
+    return model_fn(**{name: value for name, value in arguments.items() if name in accepted})
 
 
 def dry_run_model_fn(model_fn: Callable, input_fn: Callable, params: Mapping[str, Any]) -> None:
@@ -362,26 +395,21 @@ def dry_run_model_fn(model_fn: Callable, input_fn: Callable, params: Mapping[str
     """
     features_spec, labels_spec = _element_spec(input_fn, tf.estimator.ModeKeys.TRAIN)
     with tf.Graph().as_default():
-
-        def placeholder(spec: tf.TensorSpec) -> tf.Tensor:
-            return tf.compat.v1.placeholder(spec.dtype, spec.shape)
-
         arguments = {
-            "features": tf.nest.map_structure(placeholder, features_spec),
-            "labels": None
-            if labels_spec is None
-            else tf.nest.map_structure(placeholder, labels_spec),
+            "features": _placeholders(features_spec),
+            "labels": None if labels_spec is None else _placeholders(labels_spec),
             "mode": tf.estimator.ModeKeys.TRAIN,
             "params": params,
+            "config": tf.estimator.RunConfig(),
         }
-        accepted = inspect.signature(model_fn).parameters
-        model_fn(**{name: value for name, value in arguments.items() if name in accepted})
+        _call_model_fn(model_fn, arguments)
 
 
-def _build_keras_model(job: JobConfig, params: dict, input_fn: Callable) -> tf.keras.Model:
+def _build_keras_model(job: JobConfig, params: dict, specs: Mapping[str, Any]) -> tf.keras.Model:
     build = KERAS_MODELS.get(job.keras_model)
     if inspect.signature(build).parameters:
-        model = build({**params, "feature_shapes": _feature_shapes(input_fn)})
+        shapes = {name: spec.shape.as_list()[1:] for name, spec in specs.items()}
+        model = build({**params, "feature_shapes": shapes})
     else:
         model = build()
     if not isinstance(model, tf.keras.Model):
@@ -389,12 +417,24 @@ def _build_keras_model(job: JobConfig, params: dict, input_fn: Callable) -> tf.k
             f"--keras_model={job.keras_model} returned {type(model).__name__}; expected a "
             "compiled tf.keras.Model."
         )
-    if model.optimizer is None:
-        raise UsageError(
-            f"--keras_model={job.keras_model} returned a model that is not compiled; call "
-            "model.compile(optimizer=..., loss=...) before returning it."
-        )
     return model
+
+
+def _estimator_params(job: JobConfig, specs: Mapping[str, Any]) -> dict:
+    return {**job.model_params, "feature_specs": specs, "warm_start_from": job.warm_start_from}
+
+
+def _build_estimator(
+    job: JobConfig, specs: Mapping[str, Any], config: tf.estimator.RunConfig
+) -> tf.estimator.Estimator:
+    estimator = ESTIMATORS.get(job.estimator)(config, _estimator_params(job, specs))
+    if not isinstance(estimator, tf.estimator.Estimator):
+        raise UsageError(
+            f"--estimator={job.estimator} returned {type(estimator).__name__}; expected a "
+            "tf.estimator.Estimator built with the RunConfig it is given, such as "
+            "tf.estimator.DNNClassifier(..., config=config)."
+        )
+    return estimator
 
 
 @dataclasses.dataclass(frozen=True)
@@ -403,40 +443,75 @@ class Preflight:
 
     Attributes:
       input_fn: The job's input_fn, bound to its params.
-      model_fn: The model_fn, or None when the job uses a Keras model.
+      feature_specs: `{name: tf.TensorSpec}` of the input_fn's features,
+        batch dimension included; a bare tensor is named `image`.
+      model_fn: The model_fn, or None when the job uses a Keras model or an
+        estimator builder.
       keras_model: The compiled Keras model, or None.
+      pitfalls: Multi-worker pitfalls found (warnings only: fatal ones raise).
     """
 
     input_fn: Callable
+    feature_specs: Mapping[str, tf.TensorSpec]
     model_fn: Optional[Callable]
     keras_model: Optional[tf.keras.Model]
+    pitfalls: Tuple[pitfalls.Pitfall, ...] = ()
 
 
-def preflight(job: JobConfig) -> Preflight:
-    """Resolves names, prepares data and builds the model once, writing nothing.
+def preflight(job: JobConfig, num_workers: int = 1) -> Preflight:
+    """Resolves names, prepares data, builds the model once and checks for pitfalls.
 
     The launcher runs it once before starting any task, and every task runs
-    it before joining the cluster, so a bad name, missing data or a bad
-    hyper-parameter fails at once instead of leaving the other tasks waiting.
+    it before joining the cluster, so a bad name, missing data, a bad
+    hyper-parameter or a known multi-worker pitfall fails at once instead of
+    leaving the other tasks waiting. Nothing is written to model_dir.
+
+    Args:
+      job: The job.
+      num_workers: Training workers of the cluster, for the sharding check.
+
+    Returns:
+      What was resolved, with the warnings found.
 
     Raises:
-      UsageError: for an unknown name, missing data or bad parameters.
+      UsageError: for an unknown name, missing data, bad parameters or a
+        fatal pitfall (the message lists every pitfall found, with its fix).
     """
     params = job.model_params
     input_fn = bind_input_fn(INPUT_FNS.get(job.input_fn), params)
     prepare_input(job.input_fn, params)
+    features, _ = _element_spec(input_fn, tf.estimator.ModeKeys.EVAL)
+    specs = dict(features) if isinstance(features, Mapping) else {"image": features}
+    found = [pitfalls.check_input_fn(input_fn, job.input_fn, num_workers)]
+    model_fn = keras_model = None
     if job.keras_model:
-        return Preflight(input_fn, None, _build_keras_model(job, params, input_fn))
-    model_fn = MODEL_FNS.get(job.model_fn)
-    dry_run_model_fn(model_fn, input_fn, params)
-    return Preflight(input_fn, model_fn, None)
+        keras_model = _build_keras_model(job, params, specs)
+        found += pitfalls.check_keras_model(keras_model, job.keras_model)
+    elif job.estimator:
+        estimator = _build_estimator(job, specs, tf.estimator.RunConfig())
+        dry_run_model_fn(estimator.model_fn, input_fn, params)
+    else:
+        model_fn = MODEL_FNS.get(job.model_fn)
+        dry_run_model_fn(model_fn, input_fn, params)
+    found = [pitfall for pitfall in found if pitfall is not None]
+    if any(pitfall.fatal for pitfall in found):
+        raise UsageError(pitfalls.format_report(found))
+    (logging.warning if found else logging.info)("%s", pitfalls.format_report(found))
+    return Preflight(input_fn, specs, model_fn, keras_model, tuple(found))
 
 
 def _make_estimator(
     job: JobConfig, checked: Preflight, run_config: tf.estimator.RunConfig
 ) -> tf.estimator.Estimator:
+    if job.estimator:
+        return _build_estimator(job, checked.feature_specs, run_config)
     if checked.keras_model is None:
-        return tf.estimator.Estimator(checked.model_fn, config=run_config, params=job.model_params)
+        return tf.estimator.Estimator(
+            checked.model_fn,
+            config=run_config,
+            params=job.model_params,
+            warm_start_from=job.warm_start_from,
+        )
     # model_to_estimator writes the warm-start checkpoint to model_dir/keras on every task.
     with _model_dir_lock(job.run.model_dir, "keras_bridge"):
         return tf.keras.estimator.model_to_estimator(
@@ -473,7 +548,7 @@ def job_view(job: JobConfig, cluster: ClusterConfig) -> dict:
         "collective_timeout": job.strategy.collective_timeout_seconds,
         "train_steps": job.train_steps,
         "batch_size": job.batch_size,
-        "model": job.keras_model or job.model_fn,
+        "model": job.keras_model or job.estimator or job.model_fn,
         "input_fn": job.input_fn,
         "params": job.to_dict()["params"],
         "tensorflow": tf.__version__,
@@ -530,9 +605,7 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     for note in cluster.notes:
         logging.info("TF_CONFIG: %s.", note)
 
-    checked = preflight(job)
-    training_workers = cluster.num_workers if cluster.task_type != EVALUATOR else 1
-    warn_without_input_context(checked.input_fn, job.input_fn, training_workers)
+    checked = preflight(job, cluster.num_workers if cluster.task_type != EVALUATOR else 1)
     # Everything this task can check alone comes before waiting for the others.
     strategies = make_strategies(job.strategy, job.eval_strategy, cluster)
     train = strategies.train_distribute
@@ -560,6 +633,9 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     estimator = _make_estimator(job, checked, run_config)
     watchdog = _start_watchdog(job, cluster)
     exporter = MetricsExporter(job.run.model_dir)
+    exporters = export.make_exporters(
+        checked.feature_specs, job.exports, job.export_best_by, job.exports_to_keep
+    )
     train_spec = tf.estimator.TrainSpec(
         checked.input_fn,
         max_steps=job.train_steps,
@@ -568,7 +644,7 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     eval_spec = tf.estimator.EvalSpec(
         checked.input_fn,
         steps=job.eval_steps,
-        exporters=[exporter],
+        exporters=[exporter, *exporters],
         start_delay_secs=0,
         throttle_secs=job.eval_throttle_secs,
     )

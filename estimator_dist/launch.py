@@ -39,7 +39,7 @@ from typing import IO, Callable, List, Optional, Sequence
 import portpicker
 from absl import app, flags
 
-from estimator_dist import exit_codes, netns, train
+from estimator_dist import exit_codes, netns, pitfalls, train
 from estimator_dist.cluster import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig, make_local_cluster
 from estimator_dist.errors import UsageError
 
@@ -321,7 +321,7 @@ def main(argv: Sequence[str]) -> int:
                 f"--batch_size={job.batch_size} is the global batch and must divide evenly "
                 f"over --num_workers={_NUM_WORKERS.value} workers."
             )
-        driver.preflight(job)
+        checked = driver.preflight(job, _NUM_WORKERS.value)
     except flags.Error as error:
         train.usage_exit(PROGRAM, f"training flag after '--': {error}")
     except UsageError as error:
@@ -330,6 +330,7 @@ def main(argv: Sequence[str]) -> int:
     model_dir = job.run.model_dir
     launcher = Launcher(train_args, model_dir, lambda: driver.checkpoint_step(model_dir))
     launcher.say(isolation)
+    launcher.say(pitfalls.format_report(list(checked.pitfalls)))
     launcher.say(
         f"local cluster: {_NUM_WORKERS.value} worker(s), {_NUM_PS.value} ps, evaluator: "
         f"{_EVALUATOR.value}; model_dir {model_dir}"

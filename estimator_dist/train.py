@@ -46,6 +46,37 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         flag_values=f,
     )
     flags.DEFINE_string(
+        "estimator",
+        None,
+        "Instead of --model_fn: a function build(config, params) returning a "
+        "tf.estimator.Estimator built with the given RunConfig, such as a canned "
+        "DNNClassifier (registered name or package.module:function).",
+        flag_values=f,
+    )
+    flags.DEFINE_string(
+        "warm_start_from",
+        None,
+        "Checkpoint or directory whose variables initialise the model when model_dir has no "
+        "checkpoint yet (fine-tuning, or the same start for several runs).",
+        flag_values=f,
+    )
+    flags.DEFINE_list(
+        "export",
+        "latest,best",
+        "SavedModels the evaluator exports under model_dir/export/: latest (every "
+        "evaluation), best (when --export_best_by improves); empty for none.",
+        flag_values=f,
+    )
+    flags.DEFINE_string(
+        "export_best_by",
+        "loss",
+        "Evaluation metric deciding the best export: name, name:min or name:max.",
+        flag_values=f,
+    )
+    flags.DEFINE_integer(
+        "exports_to_keep", 3, "Exports kept of each kind.", lower_bound=1, flag_values=f
+    )
+    flags.DEFINE_string(
         "input_fn",
         "digits",
         "input_fn: a registered name (digits, mnist, fashion_mnist, cifar10, tfds, tfrecord, "
@@ -179,7 +210,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         flag_values=f,
     )
     flags.mark_flag_as_required("model_dir", flag_values=f)
-    flags.mark_flags_as_mutual_exclusive(["model_fn", "keras_model"], flag_values=f)
+    flags.mark_flags_as_mutual_exclusive(["model_fn", "keras_model", "estimator"], flag_values=f)
 
 
 def job_from_flags(f: flags.FlagValues = flags.FLAGS) -> JobConfig:
@@ -208,6 +239,11 @@ def job_from_flags(f: flags.FlagValues = flags.FLAGS) -> JobConfig:
             ),
             model_fn=f.model_fn or "mnist_cnn",
             keras_model=f.keras_model,
+            estimator=f.estimator,
+            warm_start_from=f.warm_start_from,
+            exports=tuple(f.export),
+            export_best_by=f.export_best_by,
+            exports_to_keep=f.exports_to_keep,
             input_fn=f.input_fn,
             train_steps=f.train_steps,
             eval_steps=f.eval_steps,

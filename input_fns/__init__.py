@@ -11,10 +11,12 @@ also be `package.module:function`. Registered:
 | `tfrecord` | TFRecord files of `tf.train.Example`: `files`, `features` |
 | `csv` | CSV files: `files`, `columns` |
 | `synthetic` | random images in memory, for benchmarks: `image_shape` |
+| `tabular` | an embedded scikit-learn table (`dataset`: breast_cancer, diabetes, iris) |
 
 `prepare_input(name, params)` writes the data of inputs that can be
-generated offline (the embedded `digits`) and checks that the others are
-present and readable, before any worker starts.
+generated offline (the embedded `digits`), loads the embedded `tabular`
+data, and checks that the others are present and readable, before any
+worker starts.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from estimator_dist.registry import Registry
-from input_fns import csv_input, digits, synthetic, tfds_input, tfrecord
+from input_fns import csv_input, digits, synthetic, tabular, tfds_input, tfrecord
 
 INPUT_FNS = Registry(
     "input_fn",
@@ -35,6 +37,7 @@ INPUT_FNS = Registry(
         "tfrecord": tfrecord.input_fn,
         "csv": csv_input.input_fn,
         "synthetic": synthetic.input_fn,
+        "tabular": tabular.input_fn,
     },
 )
 
@@ -46,6 +49,7 @@ _PREPARE: Mapping[str, Callable[[Mapping[str, Any]], object]] = {
     "tfds": lambda params: tfds_input.prepare(None, params),
     "tfrecord": tfrecord.prepare,
     "csv": csv_input.prepare,
+    "tabular": tabular.prepare,
 }
 
 

@@ -29,22 +29,18 @@ import dataclasses
 from typing import Any, Mapping, Optional, Tuple, Union
 
 import tensorflow as tf
-from absl import logging
 
 from estimator_dist.errors import UsageError
 from estimator_dist.params import from_params
 from input_fns import bad_data, ids
 from input_fns.pipeline import (
     CHUNK,
-    TRAIN,
     FileParams,
     Sharding,
-    assemble,
-    batch_sizes,
-    decide_sharding,
+    first_files,
     keep_position,
     list_files,
-    log_input,
+    read_files,
     to_model_inputs,
 )
 from input_fns.specs import FeatureSpec, find_spec, format_specs, parse_specs
@@ -327,16 +323,7 @@ def input_fn(
       ...     "batch_size": 100, "files": "/data/iris/*.csv",
       ...     "columns": "x:float32:4;label:int64"})
     """
-    settings = read_settings(params or {})
-    pattern, param = settings.pattern(mode)
-    if mode != TRAIN and param == "files":
-        logging.warning("input_fn csv: no eval_files given; evaluating on files=%s.", pattern)
-    files = list_files(pattern, param)
-    sharding = decide_sharding(len(files), input_context)
-    _, per_replica = batch_sizes(settings.batch_size, input_context)
-    log_input("csv", mode, pattern, settings, input_context, sharding)
-    reader = _Reader(files, settings, sharding, mode == TRAIN)
-    return assemble(reader.epoch(), mode, settings, per_replica, reader.decode)
+    return read_files("csv", mode, input_context, read_settings(params or {}), _Reader)
 
 
 def raw_batches(settings: CsvParams, batch_size: int) -> tf.data.Dataset:
@@ -377,9 +364,7 @@ def prepare(params: Mapping[str, Any]) -> None:
         line that does not match `columns`.
     """
     settings = read_settings(params)
-    for mode in (TRAIN, tf.estimator.ModeKeys.EVAL):
-        pattern, param = settings.pattern(mode)
-        first = list_files(pattern, param)[0]
+    for param, pattern, first in first_files(settings):
         problem = _first_line_problem(first, settings)
         if problem is not None:
             raise UsageError(

@@ -16,14 +16,18 @@ position-based subset of the records), none with one pipeline.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Optional, Tuple
+from typing import Any, Callable, ClassVar, Iterator, Mapping, Optional, Tuple
 
 import tensorflow as tf
 from absl import logging
 
 from estimator_dist.errors import UsageError
 
-TRAIN = tf.estimator.ModeKeys.TRAIN
+#: `tf.estimator.ModeKeys` values, spelled out so that reading data (as
+#: `estimator_dist.predict` does) never imports tensorflow_estimator.
+TRAIN = "train"
+EVAL = "eval"
+PREDICT = "infer"
 #: Records handled at once by the vectorised checks of the file readers.
 CHUNK = 256
 
@@ -57,11 +61,18 @@ class PipelineParams:
     id_feature: Optional[str] = None
     record_read_ids: Optional[str] = None
 
+    #: Smallest valid `shuffle_buffer`; an input function that can read its
+    #: data in a fixed order lowers it to 0 (no shuffling).
+    MIN_SHUFFLE_BUFFER: ClassVar[int] = 1
+
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, received {self.batch_size}.")
-        if self.shuffle_buffer < 1:
-            raise ValueError(f"shuffle_buffer must be at least 1, received {self.shuffle_buffer}.")
+        if self.shuffle_buffer < self.MIN_SHUFFLE_BUFFER:
+            raise ValueError(
+                f"shuffle_buffer must be at least {self.MIN_SHUFFLE_BUFFER}, received "
+                f"{self.shuffle_buffer}."
+            )
         if not self.label_key:
             raise ValueError("label_key must name a feature, received an empty string.")
         if self.record_read_ids is not None and not self.record_read_ids:
@@ -270,3 +281,50 @@ class FileParams(PipelineParams):
         if mode == TRAIN or not self.eval_files:
             return self.files, "files"
         return self.eval_files, "eval_files"
+
+
+def read_files(
+    name: str,
+    mode: str,
+    input_context: Optional[tf.distribute.InputContext],
+    settings: FileParams,
+    make_reader: Callable[[Tuple[str, ...], FileParams, Sharding, bool], Any],
+) -> tf.data.Dataset:
+    """The input_fn of a file reader: lists, shards, logs, reads and assembles.
+
+    Args:
+      name: The input_fn's name, for the log.
+      mode: TRAIN reads `files`; EVAL and PREDICT read `eval_files` (or
+        `files`, with a warning).
+      input_context: This worker's pipeline id and count, or None.
+      settings: The reader's validated settings.
+      make_reader: `(files, settings, sharding, training)` to an object with
+        `epoch()` (one pass over this worker's raw records) and
+        `decode(batch)` (to `(features, label)`).
+
+    Returns:
+      The dataset the input_fn returns.
+
+    Raises:
+      UsageError: if the glob matches no file.
+    """
+    pattern, param = settings.pattern(mode)
+    if mode != TRAIN and param == "files":
+        logging.warning("input_fn %s: no eval_files given; evaluating on files=%s.", name, pattern)
+    files = list_files(pattern, param)
+    sharding = decide_sharding(len(files), input_context)
+    _, per_replica = batch_sizes(settings.batch_size, input_context)
+    log_input(name, mode, pattern, settings, input_context, sharding)
+    reader = make_reader(files, settings, sharding, mode == TRAIN)
+    return assemble(reader.epoch(), mode, settings, per_replica, reader.decode)
+
+
+def first_files(settings: FileParams) -> Iterator[Tuple[str, str, str]]:
+    """Yields (parameter, glob, first file) of the training and evaluation files.
+
+    Raises:
+      UsageError: if a glob matches no file.
+    """
+    for mode in (TRAIN, EVAL):
+        pattern, param = settings.pattern(mode)
+        yield param, pattern, list_files(pattern, param)[0]

@@ -24,6 +24,7 @@ from estimator_dist.params import from_params
 from input_fns import ids
 from input_fns.pipeline import (
     CHUNK,
+    TRAIN,
     PipelineParams,
     Sharding,
     assemble,
@@ -115,7 +116,7 @@ def input_fn(
     def epoch() -> tf.data.Dataset:
         data = tf.data.Dataset.range(settings.num_examples).shard(pipelines, pipeline_id)
         data = data.map(example, num_parallel_calls=tf.data.AUTOTUNE)
-        if mode != tf.estimator.ModeKeys.TRAIN or settings.record_read_ids is None:
+        if mode != TRAIN or settings.record_read_ids is None:
             return data
         header = f"input_fn synthetic, pipeline {pipeline_id} of {pipelines}, sharding by example"
         path = ids.ids_path(settings.record_read_ids, sharding.pipeline_id, sharding.pipelines)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import tensorflow as tf
 import tensorflow_datasets as tfds
@@ -244,12 +244,18 @@ def input_fn(
     return tfds_dataset(_dataset_param(settings), mode, input_context, params)
 
 
-def mnist(
-    mode: str,
-    input_context: Optional[tf.distribute.InputContext] = None,
-    params: Optional[Mapping[str, Any]] = None,
-) -> tf.data.Dataset:
-    """`input_fn` for TFDS `mnist` (28x28x1), prepared under `params["data_dir"]`.
+def _named(name: str, shape: str) -> Callable[..., tf.data.Dataset]:
+    """Returns the input_fn of one TFDS image dataset, documented like the others."""
+
+    def input_fn(
+        mode: str,
+        input_context: Optional[tf.distribute.InputContext] = None,
+        params: Optional[Mapping[str, Any]] = None,
+    ) -> tf.data.Dataset:
+        return tfds_dataset(name, mode, input_context, params or {})
+
+    input_fn.__name__ = input_fn.__qualname__ = name
+    input_fn.__doc__ = f"""`input_fn` for TFDS `{name}` ({shape}) under `params["data_dir"]`.
 
     Args:
       mode: A `tf.estimator.ModeKeys` value.
@@ -258,74 +264,21 @@ def mnist(
         global, `data_dir`, `seed`, ...).
 
     Returns:
-      Batches of `({"image": float32 [b, 28, 28, 1]}, int32 label)`.
+      Batches of `({{"image": float32 [b, {shape.replace("x", ", ")}]}}, int32 label)`.
 
     Raises:
       UsageError: for an unknown split or invalid parameters.
       DatasetNotFoundError: if the dataset is not prepared under `data_dir`.
 
     Example:
-      >>> import tensorflow as tf
-      >>> mnist(tf.estimator.ModeKeys.TRAIN, None,  # doctest: +SKIP
-      ...       {"batch_size": 64, "data_dir": "/data/tfds"})
+      >>> {name}("train", None, {{"batch_size": 64, "data_dir": "/data/tfds"}})  # doctest: +SKIP
     """
-    return tfds_dataset("mnist", mode, input_context, params or {})
+    return input_fn
 
 
-def fashion_mnist(
-    mode: str,
-    input_context: Optional[tf.distribute.InputContext] = None,
-    params: Optional[Mapping[str, Any]] = None,
-) -> tf.data.Dataset:
-    """`input_fn` for TFDS `fashion_mnist` (28x28x1), prepared under `params["data_dir"]`.
-
-    Args:
-      mode: A `tf.estimator.ModeKeys` value.
-      input_context: This worker's pipeline id and count, or None.
-      params: `split`, `eval_split` and the `PipelineParams` (`batch_size`
-        global, `data_dir`, `seed`, ...).
-
-    Returns:
-      Batches of `({"image": float32 [b, 28, 28, 1]}, int32 label)`.
-
-    Raises:
-      UsageError: for an unknown split or invalid parameters.
-      DatasetNotFoundError: if the dataset is not prepared under `data_dir`.
-
-    Example:
-      >>> import tensorflow as tf
-      >>> fashion_mnist(tf.estimator.ModeKeys.EVAL, None,  # doctest: +SKIP
-      ...               {"batch_size": 100, "data_dir": "/data/tfds"})
-    """
-    return tfds_dataset("fashion_mnist", mode, input_context, params or {})
-
-
-def cifar10(
-    mode: str,
-    input_context: Optional[tf.distribute.InputContext] = None,
-    params: Optional[Mapping[str, Any]] = None,
-) -> tf.data.Dataset:
-    """`input_fn` for TFDS `cifar10` (32x32x3), prepared under `params["data_dir"]`.
-
-    Args:
-      mode: A `tf.estimator.ModeKeys` value.
-      input_context: This worker's pipeline id and count, or None.
-      params: `split`, `eval_split` and the `PipelineParams` (`batch_size`
-        global, `data_dir`, `seed`, ...).
-
-    Returns:
-      Batches of `({"image": float32 [b, 32, 32, 3]}, int32 label)`.
-
-    Raises:
-      UsageError: for an unknown split or invalid parameters.
-      DatasetNotFoundError: if the dataset is not prepared under `data_dir`.
-
-    Example:
-      >>> import tensorflow as tf
-      >>> cifar10(tf.estimator.ModeKeys.TRAIN, None,  # doctest: +SKIP
-      ...         {"batch_size": 128, "data_dir": "/data/tfds"})
-    """
-    return tfds_dataset("cifar10", mode, input_context, params or {})
+mnist = _named("mnist", "28x28x1")
+fashion_mnist = _named("fashion_mnist", "28x28x1")
+cifar10 = _named("cifar10", "32x32x3")
 
 
 __all__ = [

@@ -29,22 +29,17 @@ import dataclasses
 from typing import Any, Mapping, Optional, Tuple, Union
 
 import tensorflow as tf
-from absl import logging
 
 from estimator_dist.errors import UsageError
 from estimator_dist.params import from_params
 from input_fns import bad_data, ids
 from input_fns.pipeline import (
     CHUNK,
-    TRAIN,
     FileParams,
     Sharding,
-    assemble,
-    batch_sizes,
-    decide_sharding,
+    first_files,
     keep_position,
-    list_files,
-    log_input,
+    read_files,
     to_model_inputs,
 )
 from input_fns.specs import FeatureSpec, find_spec, format_specs, parse_specs
@@ -419,16 +414,7 @@ def input_fn(
       ...     "eval_files": "/data/mnist/test-*.tfrecord",
       ...     "features": "image:uint8:28x28x1;label:int64"})
     """
-    settings = read_settings(params or {})
-    pattern, param = settings.pattern(mode)
-    if mode != TRAIN and param == "files":
-        logging.warning("input_fn tfrecord: no eval_files given; evaluating on files=%s.", pattern)
-    files = list_files(pattern, param)
-    sharding = decide_sharding(len(files), input_context)
-    _, per_replica = batch_sizes(settings.batch_size, input_context)
-    log_input("tfrecord", mode, pattern, settings, input_context, sharding)
-    reader = _Reader(files, settings, sharding, mode == TRAIN)
-    return assemble(reader.epoch(), mode, settings, per_replica, reader.decode)
+    return read_files("tfrecord", mode, input_context, read_settings(params or {}), _Reader)
 
 
 def _first_record_problem(path: str, specs: Tuple[FeatureSpec, ...]) -> Optional[str]:
@@ -465,9 +451,7 @@ def prepare(params: Mapping[str, Any]) -> None:
     """
     settings = read_settings(params)
     specs = settings.specs()
-    for mode in (TRAIN, tf.estimator.ModeKeys.EVAL):
-        pattern, param = settings.pattern(mode)
-        first = list_files(pattern, param)[0]
+    for param, pattern, first in first_files(settings):
         problem = _first_record_problem(first, specs)
         if problem is not None:
             raise UsageError(

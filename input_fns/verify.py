@@ -31,6 +31,7 @@ from absl import app, flags
 
 from estimator_dist.errors import UsageError
 from input_fns import ids
+from input_fns.pipeline import TRAIN
 
 PROGRAM = "input_fns.verify"
 #: Ids shown per problem in a report.
@@ -209,7 +210,7 @@ def simulate(
         context = tf.distribute.InputContext(num_pipelines, pipeline_id, num_pipelines)
         path = ids.ids_path(directory, pipeline_id, num_pipelines)
         ids.WRITERS.forget(path)
-        for _ in input_fn(tf.estimator.ModeKeys.TRAIN, context, params):
+        for _ in input_fn(TRAIN, context, params):
             if ids.WRITERS.is_complete(path):
                 break
             if not os.path.exists(path):

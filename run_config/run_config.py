@@ -13,15 +13,7 @@ from typing import Optional
 import tensorflow as tf
 
 from estimator_dist.errors import UsageError
-
-#: Why a time-based checkpoint interval is refused with collective strategies.
-CHECKPOINT_SECS_WITH_COLLECTIVES = (
-    "save_checkpoints_secs={secs} cannot be used with {strategy}: workers reach a "
-    "time boundary at different steps, and a checkpoint save that runs collective "
-    "ops on some workers but not others can deadlock the job (TensorFlow warns "
-    "'Collective ops may deadlock' and silently switches to every 1000 steps). "
-    "Use save_checkpoints_steps (--save_checkpoints_steps) instead."
-)
+from estimator_dist.pitfalls import CHECKPOINT_SECS
 
 _COLLECTIVE_STRATEGIES = (
     "CollectiveAllReduceStrategy",
@@ -121,8 +113,8 @@ def make_run_config(
     strategy_class = type(train_distribute).__name__
     if options.save_checkpoints_secs is not None and strategy_class in _COLLECTIVE_STRATEGIES:
         raise UsageError(
-            CHECKPOINT_SECS_WITH_COLLECTIVES.format(
-                secs=options.save_checkpoints_secs, strategy=strategy_class
+            CHECKPOINT_SECS.format(
+                where="", value=f"={options.save_checkpoints_secs}", strategy=strategy_class
             )
         )
     return tf.estimator.RunConfig(

@@ -7,6 +7,7 @@ found under `model_dir/logs`, so a red test shows what each worker said.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import glob
 import json
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -112,6 +113,37 @@ def run_module(
     if check and run.returncode != 0:
         raise AssertionError(run.describe())
     return run
+
+
+def run_modules(
+    commands: Sequence[tuple], timeout: float, start_after: Optional[Callable[[], bool]] = None
+) -> list:
+    """Runs several `(module, args, model_dir)` commands at once; fails if any fails.
+
+    Each command gets `timeout` and its own process group. With
+    `start_after`, the first command starts alone and the others once the
+    condition holds (checked every 0.2 s, failing if the first command ends
+    or `timeout` passes first). When any run fails, the error shows every
+    run's output and task logs.
+    """
+    with concurrent.futures.ThreadPoolExecutor(len(commands)) as pool:
+
+        def submit(module: str, args: Sequence[str], model_dir: Optional[str]) -> Any:
+            return pool.submit(run_module, module, args, timeout, model_dir=model_dir, check=False)
+
+        futures = [submit(*commands[0])]
+        if start_after is not None:
+            deadline = time.monotonic() + timeout
+            while not start_after():
+                if futures[0].done() or time.monotonic() > deadline:
+                    run = futures[0].result()
+                    raise AssertionError(f"the condition to go on never held.\n{run.describe()}")
+                time.sleep(0.2)
+        futures += [submit(*command) for command in commands[1:]]
+        runs = [future.result() for future in futures]
+    if any(run.returncode != 0 for run in runs):
+        raise AssertionError("\n\n".join(run.describe() for run in runs))
+    return runs
 
 
 def _kill_group(pgid: int) -> None:

@@ -10,6 +10,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from input_fns import digits, tfrecord
+from input_fns.pipeline import TRAIN
 
 
 def _images(features):
@@ -32,9 +33,9 @@ def example_sharded(mode, input_context=None, params=None):
         dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
         batch = input_context.get_per_replica_batch_size(batch)
     dataset = dataset.map(_images)
-    if mode == tf.estimator.ModeKeys.TRAIN:
+    if mode == TRAIN:
         dataset = dataset.repeat()
-    return dataset.batch(batch, drop_remainder=mode == tf.estimator.ModeKeys.TRAIN)
+    return dataset.batch(batch, drop_remainder=mode == TRAIN)
 
 
 def fails_on_worker(mode, input_context=None, params=None):
@@ -49,7 +50,7 @@ def finite_on_worker(mode, input_context=None, params=None):
     """Repeats on the chief but runs out on the worker, as a forgotten `repeat()` does."""
     task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
     dataset = example_sharded(mode, input_context, params)
-    if task.get("type") == "worker" and mode == tf.estimator.ModeKeys.TRAIN:
+    if task.get("type") == "worker" and mode == TRAIN:
         return dataset.take(20)
     return dataset
 

@@ -38,3 +38,11 @@ def transient_error_on_worker(features, labels, mode, params):
     if mode == tf.estimator.ModeKeys.TRAIN and task.get("type") == "worker":
         spec = spec._replace(training_hooks=(*spec.training_hooks, _AbortOnce(30)))
     return spec
+
+
+def keras_new_optimizer(params):
+    """The Keras CNN compiled with a non-legacy optimizer, which the bridge refuses."""
+    inputs = tf.keras.Input(params["feature_shapes"]["image"], name="image")
+    model = tf.keras.Model(inputs, mnist_cnn.build_layers(mnist_cnn.CnnParams())(inputs))
+    model.compile(optimizer=tf.keras.optimizers.Adam(), loss="sparse_categorical_crossentropy")
+    return model

@@ -1,87 +1,163 @@
-"""Synchronous 2-worker training equals 1-worker training with the same global batch.
+"""Synchronous 2-worker training equals 1-worker training, and its exports serve.
 
-Two workers with per-worker batch B/2 over real RING collectives must reach
-the weights one worker reaches with batch B, to float tolerance. A negative
-control (one worker with batch B/2, what a forgotten shard or a per-worker
-batch mistaken for the global one gives) must be far off, and training must
-have moved the weights well beyond the tolerance, so the test can fail.
+For every kind of model the package trains (a shipped model_fn, the Keras
+bridge, a user's unchanged TF1-style model_fn), 2 workers with per-worker
+batch B/2 over real collectives (RING and AUTO, run side by side) must reach
+the variables one worker reaches with batch B, within 1e-5, starting from the
+same weights. Training must have moved the weights far beyond that, so the
+comparison can fail, and a negative control (one worker with batch B/2, what
+a forgotten shard or a per-worker batch mistaken for the global one gives)
+must be far off. The RING run includes an evaluator task, so each case also
+trains through the launcher with 2 workers + evaluator, which exports a
+SavedModel that must serve the case's input_fn features.
 """
 
+import io
+import json
+import os
+
 import numpy as np
+import pytest
 import tensorflow as tf
 
+from estimator_dist import predict
+from estimator_dist.params import parse_params_flag
+from model_fns import mnist_cnn
+from tests import task_inputs
+from tests.equivalence import (
+    TIMEOUT,
+    TOLERANCE,
+    checkpoint_variables,
+    compare_with_one_worker,
+    max_difference,
+)
 from tests.procs import run_module
 
-TOLERANCE = 1e-5
-STEPS = 50
-GLOBAL_BATCH = 32
-TIMEOUT = 240
+DIGITS = ["--input_fn=tests.task_inputs:example_sharded", "--learning_rate=0.1"]
+CASES = {
+    "mnist_cnn": dict(args=[*DIGITS, "--params=optimizer=sgd"], global_batch=32, steps=30),
+    "keras_mnist_cnn": dict(
+        args=[*DIGITS, "--keras_model=mnist_cnn", "--params=optimizer=sgd"],
+        global_batch=32,
+        steps=30,
+        warm_start=False,
+    ),
+    "legacy_tf1_model_fn": dict(
+        args=[
+            "--model_fn=examples.legacy_estimator.model:model_fn",
+            "--input_fn=examples.legacy_estimator.model:input_fn",
+            "--learning_rate=0.05",
+            "--params=shuffle=false",
+        ],
+        global_batch=32,
+        steps=30,
+    ),
+}
 
 
-def common_args(model_dir, data_dir, batch):
-    return [
-        f"--model_dir={model_dir}",
-        f"--data_dir={data_dir}",
-        "--input_fn=tests.task_inputs:example_sharded",
-        f"--batch_size={batch}",
-        f"--train_steps={STEPS}",
-        f"--save_checkpoints_steps={STEPS}",
-        "--eval_steps=1",
-        "--learning_rate=0.1",
-        "--params=optimizer=sgd",
-    ]
+def _flag(args, name, default=""):
+    values = [arg.split("=", 1)[1] for arg in args if arg.startswith(f"--{name}=")]
+    return values[-1] if values else default
 
 
-def weights(model_dir, step=None):
-    path = tf.train.latest_checkpoint(model_dir)
-    if step is not None:
-        path = path.rsplit("-", 1)[0] + f"-{step}"
-    reader = tf.train.load_checkpoint(path)
-    return {
-        name: reader.get_tensor(name)
-        for name, _ in tf.train.list_variables(path)
-        if name.startswith("mnist_cnn/")
-    }
+@pytest.fixture(scope="module")
+def compare(tmp_path_factory, data_dir):
+    """Runs each case's comparison once per module, for the tests that share it."""
+    done = {}
+
+    def run(case):
+        if case not in done:
+            settings = dict(CASES[case])
+            settings["args"] = [*settings["args"], f"--data_dir={data_dir}"]
+            done[case] = compare_with_one_worker(tmp_path_factory.mktemp(case), **settings)
+            print(f"{case}: {done[case].describe()}")
+        return done[case]
+
+    return run
 
 
-def max_difference(a, b):
-    assert a.keys() == b.keys() and a, (sorted(a), sorted(b))
-    return max(float(np.max(np.abs(a[name] - b[name]))) for name in a)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_two_workers_equal_one_worker_with_the_same_global_batch(case, compare):
+    comparison = compare(case)
+    assert comparison.moved > 1000 * TOLERANCE, f"training barely moved the weights: {comparison}"
+    for communication, difference in comparison.differences.items():
+        assert difference <= TOLERANCE, f"{case} over {communication}: {comparison.describe()}"
+    assert comparison.runs["RING"].json("eval_metrics.json")["final"]
+    record = comparison.runs["AUTO"].json("run_record.json")
+    assert (record["communication_requested"], record["num_replicas"]) == ("AUTO", 2)
 
 
-def test_two_workers_equal_one_worker_with_the_same_global_batch(tmp_path, data_dir):
-    one, two, control = (str(tmp_path / name) for name in ("one", "two", "control"))
-    run_module(
-        "estimator_dist.train", common_args(one, data_dir, GLOBAL_BATCH), TIMEOUT, model_dir=one
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_multi_worker_export_serves_the_input_fn_features(case, compare, data_dir):
+    args = CASES[case]["args"]
+    params = {**parse_params_flag(_flag(args, "params")), "batch_size": 16, "data_dir": data_dir}
+    output = io.StringIO()
+    summary = predict.run_predictions(
+        os.path.join(compare(case).runs["RING"].model_dir, "export", "latest"),
+        _flag(args, "input_fn"),
+        {**params, "seed": 0},
+        output,
+        max_examples=40,
     )
-    run_module(
-        "estimator_dist.launch",
+    lines = [json.loads(line) for line in output.getvalue().splitlines()]
+    assert summary["examples"] == len(lines) == 40
+    assert all("label" in line for line in lines)
+
+
+def test_negative_control_one_worker_with_half_the_batch_differs(compare, tmp_path, data_dir):
+    settings = CASES["mnist_cnn"]
+    control = str(tmp_path / "control")
+    args = [
+        *settings["args"],
+        f"--data_dir={data_dir}",
+        f"--model_dir={control}",
+        f"--batch_size={settings['global_batch'] // 2}",
+        f"--train_steps={settings['steps']}",
+        "--eval_steps=1",
+        "--export=",
+    ]
+    run_module("estimator_dist.train", args, TIMEOUT)
+    two_workers = checkpoint_variables(compare("mnist_cnn").runs["RING"].model_dir)
+    assert max_difference(checkpoint_variables(control), two_workers) > 100 * TOLERANCE
+
+
+def test_export_predicts_in_a_fresh_process_without_estimator_like_estimator_predict(
+    compare, tmp_path, data_dir
+):
+    model_dir = compare("mnist_cnn").runs["RING"].model_dir
+    path = str(tmp_path / "predictions.jsonl")
+    run = run_module(
+        "estimator_dist.predict",
         [
-            "--num_workers=2",
-            "--noevaluator",
-            "--timeout_secs=200",
-            "--",
-            "--communication=RING",
-            *common_args(two, data_dir, GLOBAL_BATCH),
+            f"--export_dir={model_dir}/export/latest",
+            "--input_fn=tests.task_inputs:example_sharded",
+            f"--data_dir={data_dir}",
+            "--max_examples=48",
+            "--batch_size=16",
+            f"--output={path}",
         ],
         TIMEOUT,
-        model_dir=two,
+        env={"PYTHONPROFILEIMPORTTIME": "1"},
     )
-    run_module(
-        "estimator_dist.train",
-        common_args(control, data_dir, GLOBAL_BATCH // 2),
-        TIMEOUT,
-        model_dir=control,
-    )
+    imported = [line for line in run.output.splitlines() if line.startswith("import time:")]
+    assert any(" tensorflow.python.saved_model.load" in line for line in imported), run.output
+    assert not any("tensorflow_estimator" in line for line in imported)
+    with open(path) as stream:
+        served = [json.loads(line) for line in stream]
 
-    one_worker, two_workers = weights(one), weights(two)
-    difference = max_difference(one_worker, two_workers)
-    print(
-        f"max |w(2 workers, batch {GLOBAL_BATCH // 2} each) - w(1 worker, batch "
-        f"{GLOBAL_BATCH})| after {STEPS} steps: {difference:.3g}"
-    )
-    assert difference <= TOLERANCE
+    def input_fn():
+        params = {"batch_size": 16, "data_dir": data_dir}
+        return task_inputs.example_sharded("eval", None, params).unbatch().take(48).batch(16)
 
-    moved = max_difference(one_worker, weights(one, step=0))
-    assert moved > 1000 * TOLERANCE, f"training barely moved the weights ({moved})"
-    assert max_difference(weights(control), two_workers) > 100 * TOLERANCE
+    estimator = tf.estimator.Estimator(
+        mnist_cnn.model_fn, model_dir=model_dir, params={"optimizer": "sgd", "learning_rate": 0.1}
+    )
+    expected = list(estimator.predict(input_fn))
+    assert len(served) == len(expected) == 48
+    assert [line["class_ids"] for line in served] == [int(p["class_ids"]) for p in expected]
+    difference = max(
+        float(np.max(np.abs(np.array(line["probabilities"]) - p["probabilities"])))
+        for line, p in zip(served, expected)
+    )
+    print(f"max |p(SavedModel, fresh process) - p(Estimator.predict)|: {difference:.3g}")
+    assert difference < 1e-6

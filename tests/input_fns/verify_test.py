@@ -12,7 +12,7 @@ import os
 import pytest
 import tensorflow as tf
 
-from estimator_dist import driver
+from estimator_dist import driver, pitfalls
 from estimator_dist.errors import UsageError
 from input_fns import csv_input, digits, ids, tfrecord, verify
 from input_fns.convert import ConvertConfig, convert, training_params
@@ -169,7 +169,7 @@ def test_read_ids_fails_without_files_or_with_mixed_jobs(tmp_path):
 # --- the runtime warning ------------------------------------------------------
 
 
-def test_warning_for_an_input_fn_without_input_context(caplog):
+def test_warning_for_an_input_fn_without_input_context():
     def no_context(mode, params=None):
         return None
 
@@ -177,11 +177,12 @@ def test_warning_for_an_input_fn_without_input_context(caplog):
         return None
 
     bound = driver.bind_input_fn(no_context, {})
-    assert driver.warn_without_input_context(bound, "my.module:no_context", 2)
-    assert "input_fn my.module:no_context takes no `input_context`" in caplog.text
-    assert "2 workers" in caplog.text
-    assert not driver.warn_without_input_context(bound, "x", 1)
-    assert not driver.warn_without_input_context(driver.bind_input_fn(with_context, {}), "x", 3)
+    pitfall = pitfalls.check_input_fn(bound, "my.module:no_context", 2)
+    assert pitfall.code == "no-input-context" and not pitfall.fatal
+    assert "input_fn my.module:no_context takes no `input_context`" in pitfall.message
+    assert "2 workers" in pitfall.message
+    assert pitfalls.check_input_fn(bound, "x", 1) is None
+    assert pitfalls.check_input_fn(driver.bind_input_fn(with_context, {}), "x", 3) is None
 
 
 # --- real workers through the launcher ----------------------------------------

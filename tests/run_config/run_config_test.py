@@ -4,8 +4,8 @@ import pytest
 import tensorflow as tf
 
 from estimator_dist.errors import UsageError
+from estimator_dist.pitfalls import CHECKPOINT_SECS
 from run_config.run_config import (
-    CHECKPOINT_SECS_WITH_COLLECTIVES,
     RunConfigOptions,
     make_run_config,
     make_session_config,
@@ -149,8 +149,8 @@ def test_fail_with_checkpoint_secs_and_multi_worker_mirrored(tmp_path):
     with pytest.raises(UsageError, match="deadlock") as raised:
         make_run_config(options, train_distribute=strategy)
     message = str(raised.value)
-    assert message == CHECKPOINT_SECS_WITH_COLLECTIVES.format(
-        secs=60, strategy=type(strategy).__name__
+    assert message == CHECKPOINT_SECS.format(
+        where="", value="=60", strategy=type(strategy).__name__
     )
     assert "save_checkpoints_secs=60" in message
     assert "--save_checkpoints_steps" in message

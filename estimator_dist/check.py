@@ -1,0 +1,102 @@
+"""Check a job or a legacy Estimator script for multi-worker pitfalls, without training.
+
+  python -m estimator_dist.check --script=my_old_train.py
+  python -m estimator_dist.check --num_workers=2 -- --model_fn=my.model:model_fn \\
+      --input_fn=my.data:input_fn --model_dir=/tmp/check
+
+With `--script`, it reads the script's source (without running it) and
+reports `estimator.train(...)` calls, `save_checkpoints_secs=` and input_fns
+without `input_context`. With training flags after `--`, it runs the same
+pre-flight as every task does before training: it resolves the names,
+reads the input_fn's first batch shapes, builds the model once and
+reports the pitfalls of a `--num_workers` job (input_fn without
+`input_context`, a Keras model that is not compiled, subclassed, or
+compiled with a non-legacy optimizer). Each finding comes with its fix.
+Exit code 0: nothing fatal; 2: at least one pitfall stops a multi-worker job.
+"""
+
+from __future__ import annotations
+
+from typing import List, Sequence
+
+from absl import app, flags
+
+from estimator_dist import pitfalls, train
+
+PROGRAM = "estimator_dist.check"
+
+_SCRIPT = flags.DEFINE_multi_string("script", [], "Python file to scan; may be repeated.")
+_NUM_WORKERS = flags.DEFINE_integer(
+    "num_workers", 2, "Workers of the job being checked.", lower_bound=1
+)
+
+
+def check_scripts(paths: Sequence[str]) -> List[pitfalls.Pitfall]:
+    """Scans each file's source.
+
+    Raises:
+      UsageError: if a file cannot be read or is not Python.
+    """
+    from estimator_dist.errors import UsageError
+
+    found = []
+    for path in paths:
+        try:
+            with open(path) as stream:
+                found += pitfalls.scan_source(stream.read(), path)
+        except OSError as error:
+            raise UsageError(f"--script={path} cannot be read: {error.strerror}.") from None
+        except SyntaxError as error:
+            raise UsageError(
+                f"--script={path} is not valid Python (line {error.lineno}: {error.msg})."
+            ) from None
+    return found
+
+
+def check_job(train_args: Sequence[str], num_workers: int) -> List[pitfalls.Pitfall]:
+    """Runs the pre-flight of a job given by training flags; returns its warnings.
+
+    Raises:
+      UsageError: for bad flags or a fatal pitfall (the message lists them).
+    """
+    from estimator_dist import driver
+    from estimator_dist.errors import UsageError
+
+    train_flags = flags.FlagValues()
+    train.define_flags(train_flags)
+    args = list(train_args)
+    if not any(arg.startswith("--model_dir") for arg in args):
+        args.append("--model_dir=/nonexistent/estimator_dist_check")
+    try:
+        train_flags([train.PROGRAM, *args])
+    except flags.Error as error:
+        raise UsageError(f"training flag after '--': {error}") from None
+    return list(driver.preflight(train.job_from_flags(train_flags), num_workers).pitfalls)
+
+
+def main(argv: Sequence[str]) -> int:
+    """Prints one line per pitfall; exits 2 when one is fatal."""
+    from estimator_dist.errors import UsageError
+
+    train_args = list(argv[1:])
+    if not train_args and not _SCRIPT.value:
+        train.usage_exit(
+            PROGRAM, "nothing to check: give --script=FILE and/or training flags after '--'."
+        )
+    try:
+        found = check_scripts(_SCRIPT.value)
+        if train_args:
+            found += check_job(train_args, _NUM_WORKERS.value)
+    except UsageError as error:
+        train.usage_exit(PROGRAM, str(error))
+    print(pitfalls.format_report(found), flush=True)
+    return 2 if any(pitfall.fatal for pitfall in found) else 0
+
+
+def run() -> None:
+    """Console-script entry point."""
+    app.run(main, flags_parser=train.make_flags_parser(PROGRAM))
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,115 @@
+"""SavedModel exports wired into `EvalSpec`: the latest one and the best one.
+
+The evaluator (or a single process) exports after each evaluation into
+`model_dir/export/latest/<timestamp>/` and, when the chosen metric improves,
+`model_dir/export/best/<timestamp>/`. The serving signature takes the same
+features as the job's input_fn produces, one tensor per feature with a
+free batch dimension, so `python -m estimator_dist.predict` can feed it
+records read by that input_fn.
+
+>>> name, higher = best_metric("accuracy")
+>>> name, higher
+('accuracy', True)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, List, Mapping, Sequence, Tuple
+
+import tensorflow as tf
+from absl import logging
+
+from estimator_dist.errors import UsageError
+
+#: Metric names (or parts of them) for which lower is better.
+LOWER_IS_BETTER = ("loss", "error", "mse", "rmse", "mae", "mean_squared", "mean_absolute")
+
+
+def best_metric(best_by: str) -> Tuple[str, bool]:
+    """Parses `name`, `name:min` or `name:max` into (name, higher_is_better)."""
+    name, _, direction = best_by.partition(":")
+    if direction:
+        return name, direction == "max"
+    return name, not any(part in name for part in LOWER_IS_BETTER)
+
+
+def serving_input_receiver_fn(
+    feature_specs: Mapping[str, tf.TensorSpec],
+) -> Callable[[], tf.estimator.export.ServingInputReceiver]:
+    """Returns a receiver fn taking one tensor per feature, batch dimension free.
+
+    Args:
+      feature_specs: `{name: tf.TensorSpec}` of the input_fn's features.
+
+    Returns:
+      A function for `LatestExporter`/`BestExporter`/`export_saved_model`.
+    """
+
+    def receiver() -> tf.estimator.export.ServingInputReceiver:
+        tensors = {
+            name: tf.compat.v1.placeholder(spec.dtype, [None, *spec.shape[1:]], name=name)
+            for name, spec in feature_specs.items()
+        }
+        return tf.estimator.export.ServingInputReceiver(tensors, tensors)
+
+    return receiver
+
+
+def _compare(name: str, higher_is_better: bool) -> Callable[[Mapping, Mapping], bool]:
+    def is_better(
+        best_eval_result: Mapping[str, Any], current_eval_result: Mapping[str, Any]
+    ) -> bool:
+        best, current = best_eval_result, current_eval_result
+        for result in (best, current):
+            if name not in result:
+                raise UsageError(
+                    f"--export_best_by={name}: the evaluation has no metric {name!r}; it has "
+                    f"{', '.join(sorted(key for key in result if key != 'global_step'))}."
+                )
+        if higher_is_better:
+            return current[name] > best[name]
+        return current[name] < best[name]
+
+    return is_better
+
+
+def make_exporters(
+    feature_specs: Mapping[str, tf.TensorSpec],
+    exports: Sequence[str],
+    best_by: str,
+    exports_to_keep: int,
+) -> List[tf.estimator.Exporter]:
+    """Returns the `latest` and/or `best` exporters for `EvalSpec(exporters=...)`.
+
+    Args:
+      feature_specs: `{name: tf.TensorSpec}` of the input_fn's features.
+      exports: Any of `latest`, `best`.
+      best_by: `metric`, `metric:min` or `metric:max`, see `best_metric`.
+      exports_to_keep: Exports kept of each kind.
+
+    Returns:
+      The exporters, in the order of `exports`.
+    """
+    receiver = serving_input_receiver_fn(feature_specs)
+    exporters: List[tf.estimator.Exporter] = []
+    for kind in exports:
+        if kind == "latest":
+            exporters.append(
+                tf.estimator.LatestExporter("latest", receiver, exports_to_keep=exports_to_keep)
+            )
+        else:
+            name, higher = best_metric(best_by)
+            logging.info(
+                "Exporting the best model by %s (%s is better).",
+                name,
+                "higher" if higher else "lower",
+            )
+            exporters.append(
+                tf.estimator.BestExporter(
+                    "best",
+                    receiver,
+                    compare_fn=_compare(name, higher),
+                    exports_to_keep=exports_to_keep,
+                )
+            )
+    return exporters

@@ -1,0 +1,128 @@
+"""Each multi-worker pitfall is found before training and explained with its fix."""
+
+import textwrap
+
+import pytest
+import tensorflow as tf
+
+from estimator_dist import driver, pitfalls
+from estimator_dist.errors import UsageError
+from run_config.run_config import RunConfigOptions
+from tests.procs import REPO, run_module
+
+LEGACY = f"{REPO}/examples/legacy_estimator"
+
+SCRIPT = textwrap.dedent(
+    """
+    import tensorflow as tf
+
+    def train_input_fn():
+        return dataset
+
+    def eval_input_fn():
+        return dataset
+
+    def sharded_input_fn(mode, input_context=None):
+        return dataset
+
+    config = tf.estimator.RunConfig(model_dir="/tmp/m", save_checkpoints_secs=600)
+    estimator = tf.estimator.Estimator(model_fn, config=config)
+    estimator.train(input_fn=train_input_fn, max_steps=1000)
+    model.train()
+    """
+)
+
+
+def test_scan_finds_each_pitfall_of_a_legacy_script_with_its_line():
+    found = pitfalls.scan_source(SCRIPT, "train.py")
+    assert [(p.code, p.fatal) for p in found] == [
+        ("no-input-context", False),
+        ("checkpoint-secs", True),
+        ("estimator-train", True),
+    ]
+    assert found[0].message.startswith("input_fn train.py:4: train_input_fn takes no")
+    assert "train.py:13: save_checkpoints_secs cannot be used" in found[1].message
+    assert "Fix: use save_checkpoints_steps" in found[1].message
+    assert found[2].message.startswith("train.py:15: calls estimator.train(...)")
+    assert "Fix: use tf.estimator.train_and_evaluate" in found[2].message
+
+
+def test_report_lists_fatal_pitfalls_first_and_says_when_there_are_none():
+    report = pitfalls.format_report(pitfalls.scan_source(SCRIPT, "train.py")).splitlines()
+    assert [line.split("]")[0] for line in report] == [
+        "pre-flight error [checkpoint-secs",
+        "pre-flight error [estimator-train",
+        "pre-flight warning [no-input-context",
+    ]
+    assert pitfalls.format_report([]) == "pre-flight: no multi-worker pitfalls found."
+
+
+def _functional(optimizer=None):
+    inputs = tf.keras.Input((8, 8, 1), name="image")
+    model = tf.keras.Model(inputs, tf.keras.layers.Dense(10)(tf.keras.layers.Flatten()(inputs)))
+    if optimizer is not None:
+        model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy")
+    return model
+
+
+class _Subclassed(tf.keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.dense = tf.keras.layers.Dense(10)
+
+    def call(self, inputs):
+        return self.dense(inputs)
+
+
+def test_a_compiled_functional_model_with_a_legacy_optimizer_passes():
+    assert pitfalls.check_keras_model(_functional(tf.keras.optimizers.legacy.SGD(0.1)), "m") == []
+
+
+def test_fail_with_a_keras_model_that_is_not_compiled():
+    (found,) = pitfalls.check_keras_model(_functional(), "my.models:build")
+    assert found.code == "keras-not-compiled" and found.fatal
+    assert "--keras_model=my.models:build returned a model that is not compiled" in found.message
+
+
+def test_fail_with_a_subclassed_keras_model():
+    model = _Subclassed()
+    model.compile(optimizer=tf.keras.optimizers.legacy.SGD(0.1), loss="mse")
+    (found,) = pitfalls.check_keras_model(model, "m")
+    assert found.code == "keras-subclassed"
+    assert "subclassed model (_Subclassed)" in found.message
+    assert "tf.keras.Input(...)" in found.message
+
+
+def test_fail_with_a_non_legacy_optimizer_in_the_bridge():
+    (found,) = pitfalls.check_keras_model(_functional(tf.keras.optimizers.Adam()), "m")
+    assert found.code == "keras-optimizer"
+    assert "compile with tf.keras.optimizers.legacy.Adam(...)" in found.message
+
+
+def test_preflight_refuses_a_fatal_pitfall_before_anything_is_written(tmp_path, data_dir):
+    job = driver.JobConfig(
+        run=RunConfigOptions(model_dir=str(tmp_path / "model")),
+        keras_model="tests.task_models:keras_new_optimizer",
+        data_dir=data_dir,
+    )
+    with pytest.raises(UsageError, match=r"pre-flight error \[keras-optimizer\]"):
+        driver.preflight(job, num_workers=2)
+    assert not (tmp_path / "model").exists()
+
+
+def test_check_command_reports_the_legacy_script_and_passes_its_migrated_version():
+    before = run_module("estimator_dist.check", [f"--script={LEGACY}/before.py"], 120, check=False)
+    assert before.returncode == 2, before.describe()
+    assert "[checkpoint-secs]" in before.output and "[estimator-train]" in before.output
+    assert "train_input_fn takes no `input_context`" in before.output
+    after = run_module(
+        "estimator_dist.check",
+        [
+            f"--script={LEGACY}/model.py",
+            "--",
+            "--model_fn=examples.legacy_estimator.model:model_fn",
+            "--input_fn=examples.legacy_estimator.model:input_fn",
+        ],
+        120,
+    )
+    assert "pre-flight: no multi-worker pitfalls found." in after.output
