@@ -6,20 +6,22 @@
 (a canned estimator; `params["feature_specs"]` holds the input's feature specs).
 All three also accept `package.module:function`.
 
-| registry | names |
-|---|---|
-| `MODEL_FNS` | `mnist_cnn`, `dnn_classifier`, `linear_classifier`, `wide_and_deep` |
-| `KERAS_MODELS` | `mnist_cnn` |
-| `ESTIMATORS` | `canned_dnn`, `canned_linear`, `canned_wide_and_deep` |
+Registered names:
+
+* `MODEL_FNS`: `mnist_cnn`, `resnet_cifar`, `dnn_classifier`, `linear_classifier`,
+  `wide_and_deep`
+* `KERAS_MODELS`: `mnist_cnn`
+* `ESTIMATORS`: `canned_dnn`, `canned_linear`, `canned_wide_and_deep`
 """
 
 from estimator_dist.registry import Registry
-from model_fns import canned, keras_cnn, mnist_cnn, tabular
+from model_fns import canned, keras_cnn, mnist_cnn, resnet_cifar, tabular
 
 MODEL_FNS = Registry(
     "model_fn",
     {
         "mnist_cnn": mnist_cnn.model_fn,
+        "resnet_cifar": resnet_cifar.model_fn,
         "dnn_classifier": tabular.dnn_classifier,
         "linear_classifier": tabular.linear_classifier,
         "wide_and_deep": tabular.wide_and_deep,
