@@ -116,7 +116,7 @@ class JobConfig:
     eval_strategy: str = "off"
     eval_throttle_secs: int = 5
     startup_timeout: float = 600.0
-    stall_timeout: float = 600.0
+    stall_timeout: float = 120.0
     warm_start_from: Optional[str] = None
     exports: Tuple[str, ...] = EXPORTS
     export_best_by: str = "loss"

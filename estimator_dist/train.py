@@ -127,10 +127,11 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     )
     flags.DEFINE_float(
         "collective_timeout",
-        120,
+        0,
         "Seconds a collective operation may wait for its peers before the task fails "
-        "(exit 150); 0 waits forever. Shorter detects partitions sooner; longer survives "
-        "slow peers (long checkpoint saves, network blips).",
+        "(exit 150); 0 (default) waits forever and leaves partitions to --stall_timeout. "
+        "TensorFlow 2.15 keeps one thread per collective for this long, so threads grow "
+        "with collectives per second x timeout.",
         lower_bound=0.0,
         flag_values=f,
     )
@@ -144,7 +145,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     )
     flags.DEFINE_float(
         "stall_timeout",
-        600,
+        120,
         "Seconds the global step may stay the same before a training task fails "
         "(exit 152); on the evaluator, seconds without a new checkpoint while the chief "
         "is unreachable.",
