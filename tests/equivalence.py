@@ -56,7 +56,11 @@ def _initial_checkpoint(model_dir: str) -> Callable[[], bool]:
 def max_difference(a: Dict[str, np.ndarray], b: Dict[str, np.ndarray]) -> float:
     """Largest absolute difference over the variables of two checkpoints (same names)."""
     assert a and a.keys() == b.keys(), (sorted(a), sorted(b))
-    return max(float(np.max(np.abs(a[name] - b[name]))) if a[name].size else 0.0 for name in a)
+    # Ghost batch norm stores beta and gamma as [1, 1, 1, 1, C] instead of [C].
+    return max(
+        float(np.max(np.abs(a[name].reshape(b[name].shape) - b[name]))) if a[name].size else 0.0
+        for name in a
+    )
 
 
 @dataclasses.dataclass
