@@ -137,7 +137,10 @@ def test_two_workers_equal_one_worker_with_the_same_global_batch(case, compare):
     assert comparison.moved > 1000 * TOLERANCE, f"training barely moved the weights: {comparison}"
     for communication, difference in comparison.differences.items():
         assert difference <= TOLERANCE, f"{case} over {communication}: {comparison.describe()}"
-    assert comparison.runs["RING"].json("eval_metrics.json")["final"]
+    evaluated = comparison.runs["RING"]
+    assert evaluated.json("eval_metrics.json")["final"]
+    for kind in ("latest", "best"):
+        assert os.listdir(os.path.join(evaluated.model_dir, "export", kind)), kind
     record = comparison.runs["AUTO"].json("run_record.json")
     assert (record["communication_requested"], record["num_replicas"]) == ("AUTO", 2)
     assert record["communication_used"] == "RING"  # no GPU here
@@ -145,7 +148,7 @@ def test_two_workers_equal_one_worker_with_the_same_global_batch(case, compare):
         "[launcher] pre-flight: no multi-worker pitfalls found." in comparison.runs["AUTO"].output
     )
     if case == "keras_mnist_cnn":  # model_to_estimator warm-starts from the model's weights
-        assert os.listdir(os.path.join(comparison.runs["RING"].model_dir, "keras"))
+        assert os.listdir(os.path.join(evaluated.model_dir, "keras"))
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
