@@ -64,36 +64,29 @@ def _check_canned(params: Any) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class CannedDnnParams(DnnParams):
+class _CannedParams:
+    """What a canned builder needs besides its model's params: `warm_start_from`."""
+
+    warm_start_from: WarmStart = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_canned(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class CannedDnnParams(_CannedParams, DnnParams):
     """`DnnParams` plus `warm_start_from`; `feature_specs` is required."""
 
-    warm_start_from: WarmStart = None
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check_canned(self)
-
 
 @dataclasses.dataclass(frozen=True)
-class CannedLinearParams(LinearParams):
+class CannedLinearParams(_CannedParams, LinearParams):
     """`LinearParams` plus `warm_start_from`; `feature_specs` is required."""
 
-    warm_start_from: WarmStart = None
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check_canned(self)
-
 
 @dataclasses.dataclass(frozen=True)
-class CannedWideDeepParams(WideDeepParams):
+class CannedWideDeepParams(_CannedParams, WideDeepParams):
     """`WideDeepParams` plus `warm_start_from`; `feature_specs` is required."""
-
-    warm_start_from: WarmStart = None
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check_canned(self)
 
 
 def _with_dense_gradients(optimizer_class: type) -> type:
