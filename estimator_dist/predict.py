@@ -41,7 +41,12 @@ _MAX_EXAMPLES = flags.DEFINE_integer(
     "max_examples", None, "Predict at most this many examples; default all.", lower_bound=1
 )
 _OUTPUT = flags.DEFINE_string("output", None, "JSON-lines file; default standard output.")
-_SIGNATURE = flags.DEFINE_string("signature", "serving_default", "Signature to call.")
+_SIGNATURE = flags.DEFINE_string(
+    "signature",
+    None,
+    "Signature to call; default serving_default, else predict (canned estimators export only "
+    "predict for raw feature tensors), else the only one.",
+)
 _STRATEGY = flags.DEFINE_enum(
     "strategy", "none", STRATEGIES, "Load and run under this distribution strategy."
 )
@@ -98,7 +103,7 @@ def _to_json(value: Any) -> Any:
 def predict(
     export_dir: str,
     batches: Iterator[tuple],
-    signature: str = "serving_default",
+    signature: Optional[str] = None,
     strategy: str = "none",
 ) -> Iterator[Dict[str, Any]]:
     """Yields one dict of outputs (plus `label` when known) per example.
@@ -107,7 +112,8 @@ def predict(
       export_dir: A SavedModel directory.
       batches: `(features, labels)` or `features` batches; features is a dict
         of tensors named as the signature's inputs.
-      signature: Name of the signature to call.
+      signature: Name of the signature to call; None picks `serving_default`,
+        else `predict`, else the only signature.
       strategy: `none`, or `mirrored` to load and run under MirroredStrategy.
 
     Yields:
@@ -123,10 +129,14 @@ def predict(
             loaded = tf.saved_model.load(export_dir)
     else:
         loaded = tf.saved_model.load(export_dir)
-    if signature not in loaded.signatures:
+    available = sorted(loaded.signatures)
+    if signature is None:
+        preferred = [name for name in ("serving_default", "predict") if name in available]
+        signature = (preferred or available)[0] if preferred or len(available) == 1 else None
+    if signature not in available:
         raise UsageError(
-            f"--signature={signature}: {export_dir} has signatures "
-            f"{', '.join(sorted(loaded.signatures))}."
+            f"--signature={signature}: {export_dir} has signatures {', '.join(available)}; "
+            "name one with --signature."
         )
     function = loaded.signatures[signature]
     names = sorted(function.structured_input_signature[1])
@@ -177,7 +187,7 @@ def run_predictions(
     params: Mapping[str, Any],
     output: IO[str],
     max_examples: Optional[int] = None,
-    signature: str = "serving_default",
+    signature: Optional[str] = None,
     strategy: str = "none",
 ) -> Dict[str, Any]:
     """Predicts the evaluation data of `input_fn_name` and writes JSON lines.

@@ -101,9 +101,9 @@ CASES = {
     # groups of B/2 (Keras interleaves them as the workers' shards are).
     "resnet_cifar_local_bn": dict(
         args=RESNET,
-        global_batch=32,
-        steps=10,
-        reference_args=[f"{RESNET_PARAMS},virtual_batch_size=16"],
+        global_batch=16,
+        steps=6,
+        reference_args=[f"{RESNET_PARAMS},virtual_batch_size=8"],
         # Seeded initialisers; ghost batch norm's variables have other shapes.
         warm_start=False,
     ),
@@ -161,10 +161,10 @@ def test_the_multi_worker_export_serves_the_input_fn_features(case, compare, dat
         _flag(args, "input_fn"),
         {**params, "seed": 0},
         output,
-        max_examples=40,
+        max_examples=24,  # iris has 30 test examples
     )
     lines = [json.loads(line) for line in output.getvalue().splitlines()]
-    assert summary["examples"] == len(lines) == 40
+    assert summary["examples"] == len(lines) == 24
     assert all("label" in line for line in lines)
 
 
