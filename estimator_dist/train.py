@@ -34,7 +34,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_string(
         "model_fn",
         None,
-        "model_fn: a registered name (mnist_cnn) or package.module:function. Default mnist_cnn.",
+        "model_fn: a registered name (mnist_cnn, resnet_cifar, dnn_classifier, "
+        "linear_classifier, wide_and_deep) or package.module:function. Default mnist_cnn.",
         flag_values=f,
     )
     flags.DEFINE_string(
@@ -80,7 +81,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         "input_fn",
         "digits",
         "input_fn: a registered name (digits, mnist, fashion_mnist, cifar10, tfds, tfrecord, "
-        "csv, synthetic) or package.module:function.",
+        "csv, synthetic, tabular) or package.module:function.",
         flag_values=f,
     )
     flags.DEFINE_string(

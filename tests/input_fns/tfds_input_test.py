@@ -189,6 +189,7 @@ def test_named_tfds_inputs_are_registered():
         "fashion_mnist",
         "mnist",
         "synthetic",
+        "tabular",
         "tfds",
         "tfrecord",
     ]
