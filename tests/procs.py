@@ -74,6 +74,9 @@ def start_module(
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        # A shell starts background jobs with SIGINT ignored, and children inherit
+        # that; the tasks under test get SIGINT's default, as from a terminal.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 

@@ -103,7 +103,11 @@ def test_survivor_exits_soon_after_a_peer_is_killed(tmp_path, data_dir):
     assert "peer worker-0" in output
 
 
-@pytest.mark.parametrize("seed", [7, 11])
+# One seeded job with three kills: restarts are what costs time, not seeds.
+KILLS = 3
+
+
+@pytest.mark.parametrize("seed", [7])
 def test_seeded_kills_under_the_launcher_end_at_exactly_max_steps(tmp_path, data_dir, seed):
     rng = random.Random(seed)
     steps = 400
@@ -117,24 +121,24 @@ def test_seeded_kills_under_the_launcher_end_at_exactly_max_steps(tmp_path, data
     ]
     with Background("estimator_dist.launch", args) as launcher:
         target = rng.randint(40, 140)
-        for _ in range(2):
+        for _ in range(KILLS):
             wait_for_step(launcher, target, 180, STEP_LINE)
             victim = rng.choice(["chief", "worker-0"])
             pid = [int(p) for p in re.findall(rf"started {victim} \(pid (\d+)\)", launcher.output)][
                 -1
             ]
             os.kill(pid, signal.SIGKILL)
-            target = min(steps - 20, target + rng.randint(80, 160))
+            target = min(steps - 20, target + rng.randint(60, 120))
         code = launcher.wait(timeout=300)
     output = launcher.output
     assert code == 0, output
     assert (
         len(re.findall(r"\[launcher\] restart after attempt \d: \S+ was killed by SIGKILL", output))
-        == 2
+        == KILLS
     )
     resumed = [float(s) for s in re.findall(r"training resumed ([\d.]+) s after", output)]
     print(f"seed {seed}: training resumed {resumed} s after each failure")
-    assert len(resumed) == 2
+    assert len(resumed) == KILLS
     latest = tf.train.latest_checkpoint(str(tmp_path))
     assert latest.endswith(f"model.ckpt-{steps}"), latest
     assert tf.train.load_checkpoint(latest).get_tensor("global_step") == steps

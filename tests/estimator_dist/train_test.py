@@ -82,7 +82,7 @@ def test_malformed_tf_config_exits_2(tmp_path, tf_config, fragment):
         (["--params=learning_rate=0.5"], ["use --learning_rate"]),
         (
             ["--model_fn=mnist_cnn", "--keras_model=mnist_cnn"],
-            ["At most one of (model_fn, keras_model)"],
+            ["At most one of (model_fn, keras_model, estimator)"],
         ),
         (["--train_steps=0"], ["--train_steps"]),
         (["--input_fn=mnist"], ["tfds build mnist"]),
