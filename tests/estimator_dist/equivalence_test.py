@@ -168,6 +168,17 @@ def test_the_multi_worker_export_serves_the_input_fn_features(case, compare, dat
     lines = [json.loads(line) for line in output.getvalue().splitlines()]
     assert summary["examples"] == len(lines) == 24
     assert all("label" in line for line in lines)
+    if case == "mnist_cnn":  # loaded and run under a MirroredStrategy, as the tutorial does
+        mirrored = io.StringIO()
+        predict.run_predictions(
+            os.path.join(compare(case).runs["RING"].model_dir, "export", "latest"),
+            _flag(args, "input_fn"),
+            {**params, "seed": 0},
+            mirrored,
+            max_examples=24,
+            strategy="mirrored",
+        )
+        assert mirrored.getvalue() == output.getvalue()
 
 
 @pytest.mark.parametrize(
