@@ -41,9 +41,16 @@ RESNET_PARAMS = (
     "--params=image_shape=32x32x3,num_examples=256,shuffle_buffer=1,depth=8,dtype=float64"
 )
 RESNET = ["--model_fn=resnet_cifar", "--input_fn=synthetic", RESNET_PARAMS]
+# AUTO resolves to RING without GPUs (the run record says so), and the 2-worker
+# weights over AUTO equalled those over RING to every digit for all eight cases
+# when measured. To keep CI within its time budget, AUTO runs again for one case of
+# each kind of model code (a shipped model_fn, a user's legacy model_fn, a canned
+# estimator), and the other cases run RING only.
+RING_ONLY = ("RING",)
 CASES = {
     "mnist_cnn": dict(args=[*DIGITS, "--params=optimizer=sgd"], global_batch=32, steps=20),
     "keras_mnist_cnn": dict(
+        communications=RING_ONLY,
         args=[*DIGITS, "--keras_model=mnist_cnn", "--params=optimizer=sgd"],
         global_batch=32,
         steps=20,
@@ -62,6 +69,7 @@ CASES = {
     # iris: 4 features keep the feature-column graphs small (breast_cancer's 30
     # bucketized columns take seconds to build on every task).
     "dnn_classifier_iris": dict(
+        communications=RING_ONLY,
         args=[
             *TABULAR,
             "--model_fn=dnn_classifier",
@@ -71,6 +79,7 @@ CASES = {
         steps=20,
     ),
     "linear_classifier_iris": dict(
+        communications=RING_ONLY,
         args=[
             *TABULAR,
             "--model_fn=linear_classifier",
@@ -80,6 +89,7 @@ CASES = {
         steps=20,
     ),
     "wide_and_deep_regression": dict(
+        communications=RING_ONLY,
         args=[
             *TABULAR,
             "--model_fn=wide_and_deep",
@@ -102,10 +112,11 @@ CASES = {
     # batch on its own, which one worker does with ghost batch norm over
     # groups of B/2 (Keras interleaves them as the workers' shards are).
     "resnet_cifar_local_bn": dict(
+        communications=RING_ONLY,
         args=RESNET,
-        global_batch=16,
-        steps=6,
-        reference_args=[f"{RESNET_PARAMS},virtual_batch_size=8"],
+        global_batch=8,
+        steps=4,
+        reference_args=[f"{RESNET_PARAMS},virtual_batch_size=4"],
         # Seeded initialisers; ghost batch norm's variables have other shapes.
         warm_start=False,
     ),
@@ -143,12 +154,11 @@ def test_two_workers_equal_one_worker_with_the_same_global_batch(case, compare):
     assert evaluated.json("eval_metrics.json")["final"]
     for kind in ("latest", "best"):
         assert os.listdir(os.path.join(evaluated.model_dir, "export", kind)), kind
-    record = comparison.runs["AUTO"].json("run_record.json")
-    assert (record["communication_requested"], record["num_replicas"]) == ("AUTO", 2)
-    assert record["communication_used"] == "RING"  # no GPU here
-    assert (
-        "[launcher] pre-flight: no multi-worker pitfalls found." in comparison.runs["AUTO"].output
-    )
+    for communication, run in comparison.runs.items():
+        record = run.json("run_record.json")
+        assert (record["communication_requested"], record["num_replicas"]) == (communication, 2)
+        assert record["communication_used"] == "RING"  # no GPU here: AUTO chooses RING
+        assert "[launcher] pre-flight: no multi-worker pitfalls found." in run.output
     if case == "keras_mnist_cnn":  # model_to_estimator warm-starts from the model's weights
         assert os.listdir(os.path.join(evaluated.model_dir, "keras"))
 
