@@ -60,18 +60,11 @@ def check_job(train_args: Sequence[str], num_workers: int) -> List[pitfalls.Pitf
       UsageError: for bad flags or a fatal pitfall (the message lists them).
     """
     from estimator_dist import driver
-    from estimator_dist.errors import UsageError
 
-    train_flags = flags.FlagValues()
-    train.define_flags(train_flags)
     args = list(train_args)
     if not any(arg.startswith("--model_dir") for arg in args):
         args.append("--model_dir=/nonexistent/estimator_dist_check")
-    try:
-        train_flags([train.PROGRAM, *args])
-    except flags.Error as error:
-        raise UsageError(f"training flag after '--': {error}") from None
-    return list(driver.preflight(train.job_from_flags(train_flags), num_workers).pitfalls)
+    return list(driver.preflight(train.job_from_args(args), num_workers).pitfalls)
 
 
 def main(argv: Sequence[str]) -> int:

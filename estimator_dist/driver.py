@@ -56,8 +56,6 @@ PEER_ERRORS = (
     tf.errors.DeadlineExceededError,
     tf.errors.CancelledError,
 )
-#: What `--export` can name.
-EXPORTS = ("latest", "best")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,7 +116,7 @@ class JobConfig:
     startup_timeout: float = 600.0
     stall_timeout: float = 120.0
     warm_start_from: Optional[str] = None
-    exports: Tuple[str, ...] = EXPORTS
+    exports: Tuple[str, ...] = export.EXPORTS
     export_best_by: str = "loss"
     exports_to_keep: int = 3
 
@@ -128,17 +126,13 @@ class JobConfig:
                 f"Give --keras_model or --estimator, not both; received "
                 f"--keras_model={self.keras_model} and --estimator={self.estimator}."
             )
-        unknown = sorted(set(self.exports) - set(EXPORTS))
+        unknown = sorted(set(self.exports) - set(export.EXPORTS))
         if unknown:
             raise UsageError(
-                f"--export names {', '.join(unknown)}; valid: {', '.join(EXPORTS)} (or none)."
+                f"--export names {', '.join(unknown)}; valid: {', '.join(export.EXPORTS)} "
+                "(or none)."
             )
-        name, colon, direction = self.export_best_by.partition(":")
-        if not name or (colon and direction not in ("min", "max")):
-            raise UsageError(
-                f"--export_best_by={self.export_best_by!r} is not `metric`, `metric:min` or "
-                "`metric:max`; for example --export_best_by=accuracy:max."
-            )
+        export.best_metric(self.export_best_by)
         if self.exports_to_keep < 1:
             raise UsageError(
                 f"exports_to_keep must be at least 1, received {self.exports_to_keep}."
@@ -382,11 +376,6 @@ def _placeholders(specs: Any) -> Any:
     )
 
 
-def _call_model_fn(model_fn: Callable, arguments: Mapping[str, Any]) -> Any:
-    accepted = inspect.signature(model_fn).parameters
-    return model_fn(**{name: value for name, value in arguments.items() if name in accepted})
-
-
 def dry_run_model_fn(model_fn: Callable, input_fn: Callable, params: Mapping[str, Any]) -> None:
     """Builds the TRAIN graph once in a scratch graph, before any task commits.
 
@@ -402,7 +391,8 @@ def dry_run_model_fn(model_fn: Callable, input_fn: Callable, params: Mapping[str
             "params": params,
             "config": tf.estimator.RunConfig(),
         }
-        _call_model_fn(model_fn, arguments)
+        accepted = inspect.signature(model_fn).parameters
+        model_fn(**{name: value for name, value in arguments.items() if name in accepted})
 
 
 def _build_keras_model(job: JobConfig, params: dict, specs: Mapping[str, Any]) -> tf.keras.Model:

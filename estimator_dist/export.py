@@ -21,13 +21,24 @@ from absl import logging
 
 from estimator_dist.errors import UsageError
 
+#: What `--export` can name.
+EXPORTS = ("latest", "best")
 #: Metric names (or parts of them) for which lower is better.
 LOWER_IS_BETTER = ("loss", "error", "mse", "rmse", "mae", "mean_squared", "mean_absolute")
 
 
 def best_metric(best_by: str) -> Tuple[str, bool]:
-    """Parses `name`, `name:min` or `name:max` into (name, higher_is_better)."""
-    name, _, direction = best_by.partition(":")
+    """Parses `name`, `name:min` or `name:max` into (name, higher_is_better).
+
+    Raises:
+      UsageError: for anything else.
+    """
+    name, colon, direction = best_by.partition(":")
+    if not name or (colon and direction not in ("min", "max")):
+        raise UsageError(
+            f"--export_best_by={best_by!r} is not `metric`, `metric:min` or "
+            "`metric:max`; for example --export_best_by=accuracy:max."
+        )
     if direction:
         return name, direction == "max"
     return name, not any(part in name for part in LOWER_IS_BETTER)

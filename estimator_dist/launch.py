@@ -309,21 +309,16 @@ def main(argv: Sequence[str]) -> int:
     from estimator_dist import driver
 
     train_args = list(argv[1:])
-    train_flags = flags.FlagValues()
-    train.define_flags(train_flags)
     if not any(arg.startswith("--model_dir") for arg in train_args):
         train_args.append(f"--model_dir={tempfile.mkdtemp(prefix='estimator_dist-')}")
     try:
-        train_flags([train.PROGRAM, *train_args], known_only=True)
-        job = train.job_from_flags(train_flags)
+        job = train.job_from_args(train_args, known_only=True)
         if job.batch_size % _NUM_WORKERS.value:
             raise UsageError(
                 f"--batch_size={job.batch_size} is the global batch and must divide evenly "
                 f"over --num_workers={_NUM_WORKERS.value} workers."
             )
         checked = driver.preflight(job, _NUM_WORKERS.value)
-    except flags.Error as error:
-        train.usage_exit(PROGRAM, f"training flag after '--': {error}")
     except UsageError as error:
         train.usage_exit(PROGRAM, str(error))
 

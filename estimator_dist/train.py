@@ -268,6 +268,27 @@ def job_from_flags(f: flags.FlagValues = flags.FLAGS) -> JobConfig:
         raise UsageError(str(error)) from None
 
 
+def job_from_args(args: Sequence[str], known_only: bool = False) -> JobConfig:
+    """Parses training flags given as arguments (those after `--`) into a `JobConfig`.
+
+    Args:
+      args: Training flags, such as `["--model_dir=/tmp/m", "--train_steps=10"]`.
+      known_only: Ignore flags this program does not define.
+
+    Raises:
+      UsageError: for a bad flag or value.
+    """
+    from estimator_dist.errors import UsageError
+
+    flag_values = flags.FlagValues()
+    define_flags(flag_values)
+    try:
+        flag_values([PROGRAM, *args], known_only=known_only)
+    except flags.Error as error:
+        raise UsageError(f"training flag after '--': {error}") from None
+    return job_from_flags(flag_values)
+
+
 def usage_exit(program: str, message: str) -> None:
     """Prints a usage error the way every entry point does, and exits 2."""
     sys.stderr.write(f"{program}: error: {message}\nRun with --helpfull to list every flag.\n")

@@ -38,7 +38,7 @@ import tensorflow as tf
 
 from estimator_dist.params import from_params
 from model_fns.feature_columns import deep_columns, resolve_specs, wide_columns
-from model_fns.tabular import DnnParams, LinearParams, WideDeepParams
+from model_fns.tabular import DnnParams, LinearParams, WideDeepParams, dense_gradient
 
 _KERAS_OPTIMIZERS = {
     "adagrad": tf.keras.optimizers.legacy.Adagrad,
@@ -101,10 +101,7 @@ def _with_dense_gradients(optimizer_class: type) -> type:
 
     def get_gradients(self: Any, loss: tf.Tensor, params: list) -> list:
         gradients = super(dense_class, self).get_gradients(loss, params)
-        return [
-            tf.convert_to_tensor(gradient) if isinstance(gradient, tf.IndexedSlices) else gradient
-            for gradient in gradients
-        ]
+        return [dense_gradient(gradient) for gradient in gradients]
 
     dense_class = type(
         optimizer_class.__name__, (optimizer_class,), {"get_gradients": get_gradients}

@@ -112,15 +112,7 @@ class Head:
             classification = tf.estimator.export.ClassificationOutput(
                 scores=probabilities, classes=classes
             )
-            return tf.estimator.EstimatorSpec(
-                mode,
-                predictions=predictions,
-                export_outputs={
-                    "serving_default": tf.estimator.export.PredictOutput(predictions),
-                    "classification": classification,
-                    "predict": tf.estimator.export.PredictOutput(predictions),
-                },
-            )
+            return _predict_spec(predictions, "classification", classification)
         labels = tf.cast(tf.reshape(labels, [-1]), tf.int32)
         if binary:
             loss = tf.reduce_mean(
@@ -152,15 +144,7 @@ class Head:
         predictions = {"predictions": values}
         if mode == PREDICT:
             regression = tf.estimator.export.RegressionOutput(value=values)
-            return tf.estimator.EstimatorSpec(
-                mode,
-                predictions=predictions,
-                export_outputs={
-                    "serving_default": tf.estimator.export.PredictOutput(predictions),
-                    "regression": regression,
-                    "predict": tf.estimator.export.PredictOutput(predictions),
-                },
-            )
+            return _predict_spec(predictions, "regression", regression)
         labels = tf.cast(tf.reshape(labels, [-1]), tf.float32)
         loss = tf.reduce_mean(tf.math.squared_difference(values, labels))
         if mode == EVAL:
@@ -170,3 +154,16 @@ class Head:
             }
             return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
         return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op_fn(loss))
+
+
+def _predict_spec(
+    predictions: dict, name: str, output: tf.estimator.export.ExportOutput
+) -> tf.estimator.EstimatorSpec:
+    """The PREDICT spec: `serving_default` and `predict` from any receiver, `name` for
+    Classify/Regress (tf.Example parsing receivers only)."""
+    everything = tf.estimator.export.PredictOutput(predictions)
+    return tf.estimator.EstimatorSpec(
+        PREDICT,
+        predictions=predictions,
+        export_outputs={"serving_default": everything, name: output, "predict": everything},
+    )

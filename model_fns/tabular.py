@@ -227,6 +227,11 @@ def linear_logits(
         )
 
 
+def dense_gradient(gradient: Any) -> Any:
+    """Returns a sparse (IndexedSlices) gradient as a dense tensor; others unchanged."""
+    return tf.convert_to_tensor(gradient) if isinstance(gradient, tf.IndexedSlices) else gradient
+
+
 def minimize_dense(
     optimizer: tf.compat.v1.train.Optimizer,
     loss: tf.Tensor,
@@ -246,11 +251,7 @@ def minimize_dense(
       The training op.
     """
     pairs = optimizer.compute_gradients(loss, var_list=var_list)
-    dense = [
-        (tf.convert_to_tensor(gradient) if isinstance(gradient, tf.IndexedSlices) else gradient, v)
-        for gradient, v in pairs
-        if gradient is not None
-    ]
+    dense = [(dense_gradient(gradient), v) for gradient, v in pairs if gradient is not None]
     return optimizer.apply_gradients(dense, global_step=global_step)
 
 
