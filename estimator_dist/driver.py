@@ -36,12 +36,15 @@ import tensorflow as tf
 from absl import logging
 
 from estimator_dist import export, pitfalls
+from estimator_dist import params as params_lib
 from estimator_dist.cluster import CHIEF, EVALUATOR, PS, ClusterConfig
 from estimator_dist.errors import PeerFailureError, UsageError
 from estimator_dist.rendezvous import rendezvous
 from estimator_dist.watchdog import EvaluatorWatchdog, Watchdog
 from input_fns import INPUT_FNS, bad_data, prepare_input
 from model_fns import ESTIMATORS, KERAS_MODELS, MODEL_FNS
+from model_fns.optimizers import ACCUMULATION_STEPS
+from model_fns.optimizers import COLLECTION as ACCUMULATING_OPTIMIZERS
 from run_config.run_config import RunConfigOptions, make_run_config
 from run_config.strategies import Strategies, StrategyConfig, make_strategies
 
@@ -49,6 +52,8 @@ from run_config.strategies import Strategies, StrategyConfig, make_strategies
 METRICS_FILE = "eval_metrics.json"
 #: Written by the chief (or a single process) before training starts.
 RUN_RECORD_FILE = "run_record.json"
+#: `params` entries the driver fills from flags of their own.
+_FLAG_PARAMS = ("batch_size", "learning_rate", "data_dir", "seed")
 #: Errors of collective operations and lost peers, fatal once training runs.
 PEER_ERRORS = (
     tf.errors.AbortedError,
@@ -83,6 +88,12 @@ class JobConfig:
       train_steps: Global steps to train; every task stops there.
       eval_steps: Evaluation batches; None reads the whole evaluation data.
       batch_size: Global batch size, divided evenly over all replicas.
+      gradient_accumulation_steps: Micro-batches of `batch_size` whose mean
+        gradient makes one update (k); every k-th step all-reduces and
+        applies it, so the effective global batch is k x `batch_size`. The
+        model's optimizer must be wrapped with
+        `model_fns.optimizers.with_gradient_accumulation`, as the shipped
+        model_fns do; the dry run refuses a model_fn that does not.
       learning_rate: Passed to the model as `params["learning_rate"]`.
       data_dir: Dataset directory passed to the input_fn.
       seed: Seed for weight initialisation (graph seed) and data shuffling.
@@ -106,6 +117,7 @@ class JobConfig:
     train_steps: int = 1000
     eval_steps: Optional[int] = None
     batch_size: int = 64
+    gradient_accumulation_steps: int = 1
     learning_rate: float = 0.001
     data_dir: Optional[str] = None
     seed: Optional[int] = 0
@@ -152,13 +164,26 @@ class JobConfig:
             raise UsageError(f"eval_steps must be at least 1 or None, received {self.eval_steps}.")
         if self.batch_size < 1:
             raise UsageError(f"batch_size must be at least 1, received {self.batch_size}.")
+        if self.gradient_accumulation_steps < 1:
+            raise UsageError(
+                f"gradient_accumulation_steps must be at least 1, received "
+                f"{self.gradient_accumulation_steps}."
+            )
+        if self.gradient_accumulation_steps > 1 and (self.keras_model or self.estimator):
+            raise UsageError(
+                f"--gradient_accumulation_steps={self.gradient_accumulation_steps} needs a "
+                "model_fn whose optimizer is wrapped with "
+                "model_fns.optimizers.with_gradient_accumulation; --keras_model and "
+                "--estimator build their optimizers inside TensorFlow. Use --model_fn, or "
+                "--gradient_accumulation_steps=1."
+            )
         if self.learning_rate <= 0:
             raise UsageError(f"learning_rate must be positive, received {self.learning_rate}.")
         if self.eval_throttle_secs < 0:
             raise UsageError(
                 f"eval_throttle_secs must be 0 or more, received {self.eval_throttle_secs}."
             )
-        clashes = sorted(set(self.params) & {"batch_size", "learning_rate", "data_dir", "seed"})
+        clashes = sorted(set(self.params) & {*_FLAG_PARAMS, *params_lib.JOB_KEYS})
         if clashes:
             raise UsageError(
                 f"--params sets {', '.join(clashes)}, which have flags of their own; "
@@ -170,10 +195,8 @@ class JobConfig:
         """The `params` dict handed to the model_fn and input_fn."""
         return {
             **self.params,
-            "batch_size": self.batch_size,
-            "learning_rate": self.learning_rate,
-            "data_dir": self.data_dir,
-            "seed": self.seed,
+            **{name: getattr(self, name) for name in _FLAG_PARAMS},
+            ACCUMULATION_STEPS: self.gradient_accumulation_steps,
         }
 
     def to_dict(self) -> dict:
@@ -333,6 +356,10 @@ def make_run_record(
         "global_batch_size": job.batch_size,
         "per_worker_batch_size": per_replica * max(1, num_replicas // cluster.num_workers),
         "per_replica_batch_size": per_replica,
+        "gradient_accumulation_steps": job.gradient_accumulation_steps,
+        "effective_global_batch_size": job.batch_size * job.gradient_accumulation_steps,
+        "bytes_per_pack": job.strategy.bytes_per_pack,
+        "gradient_wire_dtype": job.strategy.gradient_wire_dtype,
         "versions": _library_versions(),
         "config": job.to_dict(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -376,14 +403,17 @@ def _placeholders(specs: Any) -> Any:
     )
 
 
-def dry_run_model_fn(model_fn: Callable, input_fn: Callable, params: Mapping[str, Any]) -> None:
+def dry_run_model_fn(model_fn: Callable, input_fn: Callable, params: Mapping[str, Any]) -> tf.Graph:
     """Builds the TRAIN graph once in a scratch graph, before any task commits.
 
     A bad hyper-parameter or a shape mismatch then fails here, with nothing
     written to model_dir and before the other workers wait for this one.
+
+    Returns:
+      The scratch graph, for checks of what the model_fn built.
     """
     features_spec, labels_spec = _element_spec(input_fn, tf.estimator.ModeKeys.TRAIN)
-    with tf.Graph().as_default():
+    with tf.Graph().as_default() as graph:
         arguments = {
             "features": _placeholders(features_spec),
             "labels": None if labels_spec is None else _placeholders(labels_spec),
@@ -393,6 +423,19 @@ def dry_run_model_fn(model_fn: Callable, input_fn: Callable, params: Mapping[str
         }
         accepted = inspect.signature(model_fn).parameters
         model_fn(**{name: value for name, value in arguments.items() if name in accepted})
+    return graph
+
+
+def _check_accumulation(job: JobConfig, graph: tf.Graph) -> None:
+    """Refuses accumulation that the model_fn's training graph would silently skip."""
+    steps = job.gradient_accumulation_steps
+    if steps > 1 and not graph.get_collection(ACCUMULATING_OPTIMIZERS):
+        raise UsageError(
+            f"--gradient_accumulation_steps={steps}, but the model_fn {job.model_fn} applies "
+            "its gradients directly, so every step would all-reduce and update as if it were "
+            "1. Wrap its optimizer: `optimizer = model_fns.optimizers.with_gradient_accumulation("
+            "optimizer, params)`, or pass --gradient_accumulation_steps=1."
+        )
 
 
 def _build_keras_model(job: JobConfig, params: dict, specs: Mapping[str, Any]) -> tf.keras.Model:
@@ -482,7 +525,7 @@ def preflight(job: JobConfig, num_workers: int = 1) -> Preflight:
         dry_run_model_fn(estimator.model_fn, input_fn, params)
     else:
         model_fn = MODEL_FNS.get(job.model_fn)
-        dry_run_model_fn(model_fn, input_fn, params)
+        _check_accumulation(job, dry_run_model_fn(model_fn, input_fn, params))
     found = [pitfall for pitfall in found if pitfall is not None]
     if any(pitfall.fatal for pitfall in found):
         raise UsageError(pitfalls.format_report(found))
@@ -536,8 +579,11 @@ def job_view(job: JobConfig, cluster: ClusterConfig) -> dict:
         "strategy": job.strategy.name,
         "communication": job.strategy.communication,
         "collective_timeout": job.strategy.collective_timeout_seconds,
+        "bytes_per_pack": job.strategy.bytes_per_pack,
+        "gradient_wire_dtype": job.strategy.gradient_wire_dtype,
         "train_steps": job.train_steps,
         "batch_size": job.batch_size,
+        "gradient_accumulation_steps": job.gradient_accumulation_steps,
         "model": job.keras_model or job.estimator or job.model_fn,
         "input_fn": job.input_fn,
         "params": job.to_dict()["params"],

@@ -51,6 +51,10 @@ INPUT_KEYS = frozenset(
     }
 )
 
+#: Keys the driver puts into every model's `params` from its own flags
+#: (`--gradient_accumulation_steps`); model functions may read or ignore them.
+JOB_KEYS = frozenset({"gradient_accumulation_steps"})
+
 P = TypeVar("P")
 
 
@@ -144,7 +148,7 @@ def from_params(cls: Type[P], params: Mapping[str, Any], owner: str, strict: boo
     """Builds the dataclass `cls` from `params`, checking names and types.
 
     Model functions are strict: every key must be one of their fields or in
-    `INPUT_KEYS`, so a misspelt `--params` key fails. Input functions pass
+    `INPUT_KEYS` or `JOB_KEYS`, so a misspelt `--params` key fails. Input functions pass
     `strict=False` and take only their own fields, since the same dict
     carries the model's hyper-parameters.
 
@@ -162,7 +166,7 @@ def from_params(cls: Type[P], params: Mapping[str, Any], owner: str, strict: boo
     """
     hints = typing.get_type_hints(cls)
     fields = {field.name for field in dataclasses.fields(cls)}
-    unknown = sorted(set(params) - fields - INPUT_KEYS)
+    unknown = sorted(set(params) - fields - INPUT_KEYS - JOB_KEYS)
     if unknown and strict:
         raise UsageError(
             f"Unknown parameter(s) {', '.join(unknown)} for {owner}; it accepts "

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Callable, List, Sequence
 
 from absl import app, flags
 
-from run_config.names import COMMUNICATIONS, EVAL_STRATEGY_NAMES, STRATEGY_NAMES
+from run_config.names import COMMUNICATIONS, EVAL_STRATEGY_NAMES, STRATEGY_NAMES, WIRE_DTYPES
 
 if TYPE_CHECKING:
     from estimator_dist.driver import JobConfig
@@ -107,6 +107,15 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         lower_bound=1,
         flag_values=f,
     )
+    flags.DEFINE_integer(
+        "gradient_accumulation_steps",
+        1,
+        "Micro-batches of --batch_size whose mean gradient makes one update: gradients are "
+        "summed locally and all-reduced once every this many steps. Multiplies the "
+        "effective global batch by this number; --train_steps counts updates.",
+        lower_bound=1,
+        flag_values=f,
+    )
     flags.DEFINE_float("learning_rate", 0.001, "Learning rate.", lower_bound=0.0, flag_values=f)
     flags.DEFINE_enum(
         "distribution_strategy",
@@ -134,6 +143,24 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         "TensorFlow 2.15 keeps one thread per collective for this long, so threads grow "
         "with collectives per second x timeout.",
         lower_bound=0.0,
+        flag_values=f,
+    )
+    flags.DEFINE_integer(
+        "bytes_per_pack",
+        0,
+        "All-reduce gradients in packs of about this many bytes, so that early packs can "
+        "start during the backward pass; 0 (default): one all-reduce of all gradients.",
+        lower_bound=0,
+        flag_values=f,
+    )
+    flags.DEFINE_enum(
+        "gradient_wire_dtype",
+        "float32",
+        WIRE_DTYPES,
+        "Dtype gradients are all-reduced in: bfloat16 or float16 halve the bytes on the "
+        "network and round each gradient value to 8 or 11 significant bits; the weights "
+        "and the optimizer stay float32.",
+        case_sensitive=False,
         flag_values=f,
     )
     flags.DEFINE_float(
@@ -254,8 +281,13 @@ def job_from_flags(f: flags.FlagValues = flags.FLAGS) -> JobConfig:
             data_dir=f.data_dir,
             seed=f.seed,
             params=parse_params_flag(f.params),
+            gradient_accumulation_steps=f.gradient_accumulation_steps,
             strategy=StrategyConfig(
-                f.distribution_strategy, f.communication, f.collective_timeout or None
+                f.distribution_strategy,
+                f.communication,
+                f.collective_timeout or None,
+                bytes_per_pack=f.bytes_per_pack,
+                gradient_wire_dtype=f.gradient_wire_dtype,
             ),
             eval_strategy=f.eval_distribution_strategy,
             eval_throttle_secs=f.eval_throttle_secs,

@@ -22,6 +22,7 @@ from typing import Any, Mapping, Optional
 import tensorflow as tf
 
 from estimator_dist.params import from_params
+from model_fns.optimizers import with_gradient_accumulation
 
 OPTIMIZERS = ("adam", "sgd", "momentum")
 
@@ -135,6 +136,8 @@ def model_fn(
     if mode == tf.estimator.ModeKeys.EVAL:
         accuracy = tf.compat.v1.metrics.accuracy(labels=labels, predictions=class_ids)
         return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops={"accuracy": accuracy})
-    optimizer = make_optimizer(hparams.optimizer, hparams.learning_rate)
+    optimizer = with_gradient_accumulation(
+        make_optimizer(hparams.optimizer, hparams.learning_rate), params
+    )
     train_op = optimizer.minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)

@@ -44,6 +44,7 @@ import tensorflow as tf
 from absl import logging
 
 from estimator_dist.params import from_params
+from model_fns.optimizers import with_gradient_accumulation
 
 BATCH_NORM_MODES = ("local", "sync")
 DTYPES = ("float32", "float64")
@@ -131,15 +132,18 @@ class ResnetParams:
     Attributes:
       depth: Layers with weights, 6n + 2: 20, 32, 56, 110, ...
       num_classes: Output classes.
-      batch_size: Global batch size (the driver passes `--batch_size`); it
-        scales the learning rate and sets the steps of an epoch.
-      base_learning_rate: Learning rate per 128 examples of global batch; the
-        initial rate is `base_learning_rate * batch_size / 128`.
+      batch_size: Global batch size (the driver passes `--batch_size`).
+      gradient_accumulation_steps: Micro-batches per update (the driver
+        passes `--gradient_accumulation_steps`); an update uses
+        `update_batch_size` = batch_size x this examples, which scales the
+        learning rate and sets the updates of an epoch.
+      base_learning_rate: Learning rate per 128 examples of an update; the
+        initial rate is `base_learning_rate * update_batch_size / 128`.
       momentum: Momentum of the SGD optimizer.
       weight_decay: L2 coefficient: `weight_decay * sum(w ** 2)` over the
         convolution and dense weights is added to the loss. 0 disables it.
       num_train_examples: Examples in an epoch, to turn `decay_epochs` into
-        steps (`num_train_examples // batch_size` steps an epoch).
+        steps (`num_train_examples // update_batch_size` steps an epoch).
       decay_epochs: Epochs after which the rate is multiplied by
         `decay_rate`, as `91;136;182`, one number, or a list; `""` for a
         constant rate. Default (when `decay_steps` is not given either):
@@ -161,6 +165,7 @@ class ResnetParams:
     depth: int = 20
     num_classes: int = 10
     batch_size: int = REFERENCE_BATCH_SIZE
+    gradient_accumulation_steps: int = 1
     base_learning_rate: float = 0.1
     momentum: float = 0.9
     weight_decay: float = 2e-4
@@ -179,7 +184,13 @@ class ResnetParams:
                 f"depth must be 6n + 2 with n >= 1 (8, 14, 20, 32, 56, 110, ...), received "
                 f"{self.depth}."
             )
-        for name in ("num_classes", "batch_size", "num_train_examples"):
+        positive = (
+            "num_classes",
+            "batch_size",
+            "gradient_accumulation_steps",
+            "num_train_examples",
+        )
+        for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, received {getattr(self, name)}.")
         if self.base_learning_rate <= 0:
@@ -225,6 +236,11 @@ class ResnetParams:
             )
 
     @property
+    def update_batch_size(self) -> int:
+        """Examples of one update: the global batch times the accumulated micro-batches."""
+        return self.batch_size * self.gradient_accumulation_steps
+
+    @property
     def blocks_per_stage(self) -> int:
         """n of depth = 6n + 2."""
         return (self.depth - 2) // 6
@@ -233,7 +249,7 @@ class ResnetParams:
         """The learning rate of every global step.
 
         Returns:
-          The schedule; its first value is `base_learning_rate * batch_size / 128`.
+          The schedule; its first value is `base_learning_rate * update_batch_size / 128`.
 
         Raises:
           ValueError: if the boundaries are not positive and increasing
@@ -254,19 +270,19 @@ class ResnetParams:
                 if self.decay_epochs is None
                 else parse_numbers(self.decay_epochs, "decay_epochs")
             )
-            steps_per_epoch = max(1, self.num_train_examples // self.batch_size)
+            steps_per_epoch = max(1, self.num_train_examples // self.update_batch_size)
             boundaries = tuple(int(round(epoch * steps_per_epoch)) for epoch in epochs)
             given = "91;136;182" if self.decay_epochs is None else self.decay_epochs
             source = (
                 f"decay_epochs={given!r} at {steps_per_epoch} steps an epoch (num_train_examples="
-                f"{self.num_train_examples} // batch_size={self.batch_size})"
+                f"{self.num_train_examples} // {self.update_batch_size} examples an update)"
             )
         if any(b < 1 for b in boundaries) or list(boundaries) != sorted(set(boundaries)):
             raise ValueError(
                 f"learning rate boundaries must be increasing steps of at least 1; {source} "
                 f"gives steps {list(boundaries)}."
             )
-        initial = self.base_learning_rate * self.batch_size / REFERENCE_BATCH_SIZE
+        initial = self.base_learning_rate * self.update_batch_size / REFERENCE_BATCH_SIZE
         values = tuple(initial * self.decay_rate**index for index in range(len(boundaries) + 1))
         return LearningRateSchedule(boundaries, values)
 
@@ -424,11 +440,16 @@ _LOGGED_SCHEDULES: set = set()
 
 def _log_schedule_once(hparams: ResnetParams, schedule: LearningRateSchedule) -> None:
     line = (
-        f"resnet_cifar: ResNet-{hparams.depth}, global batch {hparams.batch_size}, batch norm "
-        f"{hparams.batch_norm}"
+        f"resnet_cifar: ResNet-{hparams.depth}, global batch {hparams.batch_size}"
+        + (
+            f" x {hparams.gradient_accumulation_steps} accumulated micro-batches"
+            if hparams.gradient_accumulation_steps > 1
+            else ""
+        )
+        + f", batch norm {hparams.batch_norm}"
         + (f" (virtual batch {hparams.virtual_batch_size})" if hparams.virtual_batch_size else "")
         + f"; learning rate {schedule.describe()} (base_learning_rate "
-        f"{hparams.base_learning_rate:g} x {hparams.batch_size}/{REFERENCE_BATCH_SIZE}); "
+        f"{hparams.base_learning_rate:g} x {hparams.update_batch_size}/{REFERENCE_BATCH_SIZE}); "
         f"momentum {hparams.momentum:g}, weight decay {hparams.weight_decay:g}. "
         "--learning_rate is not used."
     )
@@ -508,7 +529,9 @@ def model_fn(
     learning_rate = learning_rate_tensor(schedule, global_step)
     tf.compat.v1.summary.scalar("learning_rate", learning_rate)
     tf.compat.v1.summary.scalar("cross_entropy", cross_entropy)
-    optimizer = tf.compat.v1.train.MomentumOptimizer(learning_rate, momentum=hparams.momentum)
+    optimizer = with_gradient_accumulation(
+        tf.compat.v1.train.MomentumOptimizer(learning_rate, momentum=hparams.momentum), params
+    )
     minimize = optimizer.minimize(loss, global_step=global_step)
     # Keras layers in a graph-mode model_fn keep their moving-average updates
     # to themselves (not in UPDATE_OPS): run them with every step.

@@ -33,6 +33,7 @@ import tensorflow as tf
 from estimator_dist.params import from_params
 from model_fns.feature_columns import ColumnParams, deep_columns, resolve_specs, wide_columns
 from model_fns.heads import Head, validate_head
+from model_fns.optimizers import with_gradient_accumulation
 
 OPTIMIZERS = ("adagrad", "adam", "ftrl", "sgd")
 TRAIN = tf.estimator.ModeKeys.TRAIN
@@ -296,7 +297,9 @@ def dnn_classifier(
     head = Head(hparams.head, hparams.n_classes)
     features = _as_dict(features)
     logits = dnn_logits(features, hparams, head.logits_dimension, mode == TRAIN)
-    optimizer = make_optimizer(hparams.optimizer, hparams.learning_rate)
+    optimizer = with_gradient_accumulation(
+        make_optimizer(hparams.optimizer, hparams.learning_rate), params
+    )
     return head.create_estimator_spec(mode, logits, labels, _minimize(optimizer))
 
 
@@ -327,7 +330,9 @@ def linear_classifier(
     hparams = from_params(LinearParams, params, "linear_classifier")
     head = Head(hparams.head, hparams.n_classes)
     logits = linear_logits(_as_dict(features), hparams, head.logits_dimension)
-    optimizer = make_optimizer(hparams.optimizer, hparams.learning_rate)
+    optimizer = with_gradient_accumulation(
+        make_optimizer(hparams.optimizer, hparams.learning_rate), params
+    )
     return head.create_estimator_spec(mode, logits, labels, _minimize(optimizer))
 
 
@@ -365,9 +370,14 @@ def wide_and_deep(
     dnn, dnn_variables = _new_variables(
         lambda: dnn_logits(features, hparams, head.logits_dimension, mode == TRAIN)
     )
-    dnn_optimizer = make_optimizer(hparams.optimizer, hparams.learning_rate)
-    linear_optimizer = make_optimizer(
-        hparams.linear_optimizer, hparams.linear_learning_rate or hparams.learning_rate
+    dnn_optimizer = with_gradient_accumulation(
+        make_optimizer(hparams.optimizer, hparams.learning_rate), params
+    )
+    linear_optimizer = with_gradient_accumulation(
+        make_optimizer(
+            hparams.linear_optimizer, hparams.linear_learning_rate or hparams.learning_rate
+        ),
+        params,
     )
 
     def train_op_fn(loss: tf.Tensor) -> tf.Operation:

@@ -24,3 +24,5 @@ STRATEGY_NAMES = (
 EVAL_STRATEGY_NAMES = (OFF, MIRRORED, ONE_DEVICE)
 #: Collective implementations of MultiWorkerMirroredStrategy.
 COMMUNICATIONS = ("AUTO", "RING", "NCCL")
+#: Dtypes gradients can cross the network in (`--gradient_wire_dtype`).
+WIRE_DTYPES = ("float32", "bfloat16", "float16")

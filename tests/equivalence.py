@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -68,10 +68,11 @@ class Comparison:
     """The outcome of `compare_with_one_worker`.
 
     Attributes:
-      differences: Max |w(2 workers) - w(1 worker)| per collective implementation.
+      differences: Max |w(2 workers) - w(1 worker)| per collective implementation
+        or variant.
       moved: Max |w(1 worker, end) - w(1 worker, step 0)|.
       reference: model_dir of the 1-worker run.
-      runs: The launcher run per implementation (its model_dir holds logs,
+      runs: The launcher run per implementation or variant (its model_dir holds logs,
         run_record.json and, with the evaluator, metrics and exports).
     """
 
@@ -95,6 +96,7 @@ def compare_with_one_worker(
     steps: int,
     reference_args: Sequence[str] = (),
     communications: Sequence[str] = ("RING", "AUTO"),
+    variants: Optional[Mapping[str, Sequence[str]]] = None,
     evaluator: str = "RING",
     warm_start: bool = True,
 ) -> Comparison:
@@ -107,7 +109,11 @@ def compare_with_one_worker(
       steps: Training steps of every run.
       reference_args: Extra flags for the 1-worker run only.
       communications: Collective implementations to run, at the same time.
-      evaluator: The implementation whose run also has an evaluator task.
+      variants: More 2-worker runs over RING at the same time, by name, each
+        with extra training flags (a flag given again overrides the shared
+        one, such as `--batch_size`).
+      evaluator: The run (implementation or variant) that also has an
+        evaluator task.
       warm_start: Start the 2-worker runs from the 1-worker run's step-0
         checkpoint (not possible for `--keras_model`, which starts from the
         Keras model's own, seeded, weights).
@@ -132,22 +138,25 @@ def compare_with_one_worker(
         )
     ]
     start = [f"--warm_start_from={reference}/model.ckpt-0"] if warm_start else []
-    for communication in communications:
-        model_dir = str(tmp_path / communication.lower())
+    flags = {name: [f"--communication={name}"] for name in communications}
+    for name, extra in (variants or {}).items():
+        flags[name] = ["--communication=RING", *extra]
+    for name, extra in flags.items():
+        model_dir = str(tmp_path / name.lower())
         launcher = [
             "--num_workers=2",
-            "--evaluator" if communication == evaluator else "--noevaluator",
+            "--evaluator" if name == evaluator else "--noevaluator",
             f"--timeout_secs={TIMEOUT - 30}",
             "--max_restarts=0",
         ]
-        training = [f"--model_dir={model_dir}", f"--communication={communication}", *start]
-        commands.append(("estimator_dist.launch", [*launcher, "--", *training, *common], model_dir))
+        training = [f"--model_dir={model_dir}", *start, *common, *extra]
+        commands.append(("estimator_dist.launch", [*launcher, "--", *training], model_dir))
     runs = run_modules(commands, TIMEOUT, start_after=_initial_checkpoint(reference))
     runs = runs[1:]
     one = checkpoint_variables(reference)
     differences = {
-        communication: max_difference(one, checkpoint_variables(run.model_dir))
-        for communication, run in zip(communications, runs)
+        name: max_difference(one, checkpoint_variables(run.model_dir))
+        for name, run in zip(flags, runs)
     }
     moved = max_difference(one, checkpoint_variables(reference, step=0))
-    return Comparison(differences, moved, reference, dict(zip(communications, runs)))
+    return Comparison(differences, moved, reference, dict(zip(flags, runs)))

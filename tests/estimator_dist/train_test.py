@@ -88,6 +88,19 @@ def test_malformed_tf_config_exits_2(tmp_path, tf_config, fragment):
         (["--input_fn=mnist"], ["tfds build mnist"]),
         (["stray"], ["unexpected positional arguments ['stray']"]),
         (["--distribution_strategy=mirrored"], ["trains in one process", "2 workers"]),
+        (["--params=gradient_accumulation_steps=2"], ["use --gradient_accumulation_steps"]),
+        (
+            ["--gradient_accumulation_steps=2", "--keras_model=mnist_cnn"],
+            ["--keras_model and --estimator build their optimizers inside TensorFlow"],
+        ),
+        (
+            [
+                "--gradient_accumulation_steps=4",
+                "--model_fn=examples.legacy_estimator.model:model_fn",
+                "--input_fn=examples.legacy_estimator.model:input_fn",
+            ],
+            ["--gradient_accumulation_steps=4", "applies its gradients directly", "with_gradient_"],
+        ),
     ],
 )
 def test_fail_with_bad_flags(tmp_path, data_dir, args, fragments):

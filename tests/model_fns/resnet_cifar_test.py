@@ -71,7 +71,7 @@ DRIVER = {"batch_size": 4, "learning_rate": 0.001, "data_dir": "/unused", "seed"
             {"decay_epochs": "0.001", "batch_size": 128},
             "learning rate boundaries must be increasing steps of at least 1; "
             "decay_epochs='0.001' at 390 steps an epoch (num_train_examples=50000 // "
-            "batch_size=128) gives steps [0]",
+            "128 examples an update) gives steps [0]",
         ),
     ],
 )
@@ -121,6 +121,14 @@ def test_default_schedule_is_model_gardens_epochs_91_136_182():
     assert schedule.rate_at(10**6) == pytest.approx(0.0001)
     # A larger global batch has fewer steps an epoch: the same epochs.
     assert ResnetParams(batch_size=1024).schedule().boundaries == (91 * 48, 136 * 48, 182 * 48)
+
+
+def test_accumulated_micro_batches_schedule_like_a_larger_batch():
+    # 128 x 8 micro-batches make updates of 1024 examples: the schedule of batch 1024.
+    accumulated = ResnetParams(batch_size=128, gradient_accumulation_steps=8).schedule()
+    larger = ResnetParams(batch_size=1024).schedule()
+    assert accumulated == larger
+    assert accumulated.rate_at(0) == pytest.approx(0.8)
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from run_config.names import (
     COMMUNICATIONS,
     EVAL_STRATEGY_NAMES,
     STRATEGY_NAMES,
+    WIRE_DTYPES,
 )
 from run_config.strategies import (
     NCCL_WITHOUT_GPU_MESSAGE,
@@ -108,6 +109,28 @@ def test_fail_with_non_positive_timeout(timeout):
         StrategyConfig(collective_timeout_seconds=timeout)
 
 
+def test_gradient_transport_defaults_to_one_float32_pack():
+    config = StrategyConfig()
+    assert (config.bytes_per_pack, config.gradient_wire_dtype) == (0, "float32")
+    assert StrategyConfig(gradient_wire_dtype="BFloat16").gradient_wire_dtype == "bfloat16"
+
+
+def test_fail_with_negative_bytes_per_pack():
+    with pytest.raises(
+        UsageError, match="bytes_per_pack must be 0 .one pack. or more, received -1"
+    ):
+        StrategyConfig(bytes_per_pack=-1)
+
+
+def test_fail_with_unknown_wire_dtype_lists_the_valid_ones():
+    with pytest.raises(UsageError) as raised:
+        StrategyConfig(gradient_wire_dtype="int8")
+    assert "'int8'" in str(raised.value)
+    for dtype in WIRE_DTYPES:
+        assert dtype in str(raised.value)
+    assert "--gradient_wire_dtype" in str(raised.value)
+
+
 # --- effective_communication --------------------------------------------------
 
 
@@ -163,6 +186,12 @@ def test_get_multi_worker_mirrored_nccl_without_gpu_warns_via_absl(monkeypatch):
     monkeypatch.setattr(strategies.logging, "warning", lambda msg, *a: warned.append(msg % a))
     get_strategy(StrategyConfig("multi_worker_mirrored", "NCCL"), num_gpus=0)
     assert warned == [NCCL_WITHOUT_GPU_MESSAGE]
+
+
+@pytest.mark.parametrize("bytes_per_pack", [0, 65536])
+def test_get_multi_worker_mirrored_passes_bytes_per_pack(bytes_per_pack):
+    config = StrategyConfig("multi_worker_mirrored", "ring", bytes_per_pack=bytes_per_pack)
+    assert mwms_options(get_strategy(config, num_gpus=0)).bytes_per_pack == bytes_per_pack
 
 
 @pytest.mark.parametrize("timeout", [None, 30.0])

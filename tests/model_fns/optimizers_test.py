@@ -1,0 +1,124 @@
+"""Gradient accumulation: k micro-batches make one update, equal to one step on k times the batch.
+
+Medium tests train a small Estimator model for real, in one process, without
+a strategy and under MirroredStrategy (the cross-replica path that
+MultiWorkerMirroredStrategy takes); the 2-worker case runs in
+`tests/estimator_dist/equivalence_test.py`.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from model_fns.optimizers import (
+    ACCUMULATION_STEPS,
+    COLLECTION,
+    GradientAccumulationOptimizer,
+    with_gradient_accumulation,
+)
+
+FEATURES = 3
+
+
+def test_one_step_returns_the_optimizer_itself():
+    optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+    assert with_gradient_accumulation(optimizer, {ACCUMULATION_STEPS: 1}) is optimizer
+    assert with_gradient_accumulation(optimizer, {}) is optimizer
+    wrapped = with_gradient_accumulation(optimizer, {ACCUMULATION_STEPS: 4})
+    assert isinstance(wrapped, GradientAccumulationOptimizer) and wrapped.steps == 4
+
+
+def test_fail_with_a_keras_optimizer():
+    with pytest.raises(TypeError, match="tf.compat.v1.train optimizer, received SGD"):
+        GradientAccumulationOptimizer(tf.keras.optimizers.legacy.SGD(), 2)
+
+
+def test_fail_with_steps_below_one():
+    with pytest.raises(ValueError, match="at least 1, received 0"):
+        GradientAccumulationOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), 0)
+
+
+def test_micro_batches_wait_then_apply_their_mean_once_and_start_afresh():
+    # loss = w . x, so each micro-batch's gradient is its x.
+    micro_batches = np.float32([[1, 0, 0], [0, 3, 0], [0, 0, 6], [9, 9, 9], [3, 0, 0], [0, 0, 3]])
+    with tf.Graph().as_default():
+        w = tf.Variable(np.zeros(FEATURES, np.float32))
+        x = tf.compat.v1.placeholder(tf.float32, [FEATURES])
+        step = tf.compat.v1.train.get_or_create_global_step()
+        optimizer = GradientAccumulationOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(1.0), 3
+        )
+        train_op = optimizer.minimize(tf.reduce_sum(w * x), global_step=step)
+        assert len(tf.compat.v1.get_collection(COLLECTION)) == 1
+        assert not [v for v in tf.compat.v1.global_variables() if "accumulator" in v.name]
+        with tf.compat.v1.Session() as session:
+            session.run(
+                [
+                    tf.compat.v1.global_variables_initializer(),
+                    tf.compat.v1.local_variables_initializer(),
+                ]
+            )
+            seen = []
+            for batch in micro_batches:
+                session.run(train_op, {x: batch})
+                seen.append((session.run(step), session.run(w).copy()))
+    first = -micro_batches[:3].mean(axis=0)
+    second = first - micro_batches[3:].mean(axis=0)
+    assert [s for s, _ in seen] == [0, 0, 1, 1, 1, 2]
+    for (_, weights), expected in zip(seen, [0, 0, first, first, first, second]):
+        np.testing.assert_allclose(weights, expected, rtol=1e-6)
+
+
+def _input_fn(batch):
+    def input_fn(mode, input_context=None):
+        index = tf.data.Dataset.range(10**6)
+        features = index.map(
+            lambda i: {"x": tf.cast(tf.stack([i % 7, i % 5, i % 3]), tf.float32) / 5.0}
+        )
+        labels = index.map(lambda i: tf.cast(i % 4, tf.float32))
+        return tf.data.Dataset.zip((features, labels)).batch(batch)
+
+    return input_fn
+
+
+def _model_fn(features, labels, mode, params):
+    w = tf.compat.v1.get_variable("w", [FEATURES, 1], initializer=tf.zeros_initializer())
+    predictions = tf.matmul(features["x"], w)
+    loss = tf.reduce_mean(tf.square(predictions[:, 0] - labels))
+    optimizer = tf.compat.v1.train.AdamOptimizer(0.05)
+    optimizer = with_gradient_accumulation(optimizer, params)
+    step = tf.compat.v1.train.get_or_create_global_step()
+    train_op = optimizer.minimize(loss, global_step=step)
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def _train(model_dir, batch, accumulation, strategy):
+    config = tf.estimator.RunConfig(
+        model_dir=str(model_dir), train_distribute=strategy, save_checkpoints_steps=5
+    )
+    estimator = tf.estimator.Estimator(
+        _model_fn, config=config, params={ACCUMULATION_STEPS: accumulation}
+    )
+    estimator.train(_input_fn(batch), max_steps=5)
+    return tf.train.load_checkpoint(str(model_dir))
+
+
+@pytest.mark.parametrize("strategy", [None, "mirrored"])
+def test_k_micro_batches_equal_one_batch_k_times_larger(tmp_path, strategy):
+    def make():
+        return tf.distribute.MirroredStrategy(["/cpu:0"]) if strategy else None
+
+    whole = _train(tmp_path / "whole", 12, 1, make())
+    accumulated = _train(tmp_path / "accumulated", 4, 3, make())
+    assert accumulated.get_tensor("global_step") == whole.get_tensor("global_step") == 5
+    moved = np.abs(whole.get_tensor("w")).max()
+    assert moved > 0.1
+    # Adam's slots too: its moments saw the same mean gradients.
+    names = sorted(accumulated.get_variable_to_shape_map())
+    assert names == sorted(whole.get_variable_to_shape_map())
+    for name in names:
+        if name != "global_step":
+            np.testing.assert_allclose(
+                accumulated.get_tensor(name), whole.get_tensor(name), atol=1e-6, err_msg=name
+            )
+    assert not [name for name in names if "accumulator" in name or "micro_batches" in name]
