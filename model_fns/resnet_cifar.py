@@ -406,12 +406,11 @@ class ResnetCifar(tf.keras.Model):
         return self.dense(tf.reduce_mean(x, axis=[1, 2]))
 
     def weight_decay_variables(self) -> List[tf.Variable]:
-        """The convolution kernels and the dense kernel and bias."""
-        return [
-            variable
-            for variable in self.trainable_variables
-            if "/conv" in variable.name or "/dense/" in variable.name
+        """Every convolution kernel, and the dense kernel and bias (not batch norm)."""
+        convolutions = [self.stem] + [
+            layer for block in self.blocks for key, layer in block.items() if key.startswith("conv")
         ]
+        return [conv.kernel for conv in convolutions] + [self.dense.kernel, self.dense.bias]
 
 
 def learning_rate_tensor(schedule: LearningRateSchedule, global_step: tf.Tensor) -> tf.Tensor:

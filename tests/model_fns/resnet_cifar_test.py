@@ -190,6 +190,24 @@ def test_resnet20_has_0_27m_parameters_and_deeper_ones_grow_by_whole_blocks():
     assert resnet_cifar.count_parameters(56) == resnet20 + 6 * per_block_each_stage == 856_058
 
 
+@pytest.mark.parametrize("depth, convolutions", [(8, 1 + 3 * 2 + 3), (20, 1 + 9 * 2 + 3)])
+def test_weight_decay_covers_every_convolution_and_the_dense_layer_but_not_batch_norm(
+    depth, convolutions
+):
+    with tf.Graph().as_default():
+        network = resnet_cifar.ResnetCifar(ResnetParams(depth=depth))
+        network(tf.zeros([2, 32, 32, 3]), training=True)
+        decayed = network.weight_decay_variables()
+        kernels = [v for v in network.trainable_variables if len(v.shape) == 4]
+    # The stem, two per block, one shortcut per stage; then the dense kernel and bias.
+    assert len(kernels) == convolutions
+    assert {v.name for v in decayed} == {v.name for v in kernels} | {
+        "resnet_cifar/dense/kernel:0",
+        "resnet_cifar/dense/bias:0",
+    }
+    assert not [v for v in decayed if "/bn" in v.name or "_bn_" in v.name]
+
+
 def test_model_fn_is_registered():
     assert MODEL_FNS.get("resnet_cifar") is resnet_cifar.model_fn
 
