@@ -38,8 +38,10 @@ from absl import logging
 from estimator_dist import export, pitfalls
 from estimator_dist import params as params_lib
 from estimator_dist.cluster import CHIEF, EVALUATOR, PS, ClusterConfig
+from estimator_dist.cpus import allowed_cores, onednn_enabled
 from estimator_dist.errors import PeerFailureError, UsageError
 from estimator_dist.rendezvous import rendezvous
+from estimator_dist.startup import Startup
 from estimator_dist.watchdog import EvaluatorWatchdog, Watchdog
 from input_fns import INPUT_FNS, bad_data, prepare_input
 from model_fns import ESTIMATORS, KERAS_MODELS, MODEL_FNS
@@ -106,6 +108,10 @@ class JobConfig:
       stall_timeout: Seconds the global step may stay the same before the
         task fails; on the evaluator, seconds without a new checkpoint while
         the chief is unreachable.
+      trace_every_steps: Write a Chrome trace (every op's start and duration,
+        collectives included) of every this many global steps to
+        `model_dir/traces/<task>/`, for chrome://tracing or Perfetto; None
+        for none.
       run: Checkpoint, summary and thread settings; holds `model_dir`.
     """
 
@@ -127,6 +133,7 @@ class JobConfig:
     eval_throttle_secs: int = 5
     startup_timeout: float = 600.0
     stall_timeout: float = 120.0
+    trace_every_steps: Optional[int] = None
     warm_start_from: Optional[str] = None
     exports: Tuple[str, ...] = export.EXPORTS
     export_best_by: str = "loss"
@@ -158,6 +165,10 @@ class JobConfig:
         for name in ("startup_timeout", "stall_timeout"):
             if getattr(self, name) <= 0:
                 raise UsageError(f"{name} must be positive, received {getattr(self, name)}.")
+        if self.trace_every_steps is not None and self.trace_every_steps < 1:
+            raise UsageError(
+                f"trace_every_steps must be at least 1 or None, received {self.trace_every_steps}."
+            )
         if self.train_steps < 1:
             raise UsageError(f"train_steps must be at least 1, received {self.train_steps}.")
         if self.eval_steps is not None and self.eval_steps < 1:
@@ -360,6 +371,12 @@ def make_run_record(
         "effective_global_batch_size": job.batch_size * job.gradient_accumulation_steps,
         "bytes_per_pack": job.strategy.bytes_per_pack,
         "gradient_wire_dtype": job.strategy.gradient_wire_dtype,
+        "onednn": onednn_enabled(),
+        "session_threads": {
+            "intra_op": job.run.intra_op_threads,
+            "inter_op": job.run.inter_op_threads,
+        },
+        "cores": allowed_cores(),
         "versions": _library_versions(),
         "config": job.to_dict(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -633,6 +650,8 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
         and cluster mismatch, unknown names, missing data).
       DataError: when the input pipeline finds a bad record.
     """
+    startup = Startup(cluster.role)
+    startup.mark("imports")
     tf.compat.v1.disable_eager_execution()
     if cluster.is_distributed:
         os.environ["TF_CONFIG"] = cluster.to_json()
@@ -642,13 +661,16 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
         logging.info("TF_CONFIG: %s.", note)
 
     checked = preflight(job, cluster.num_workers if cluster.task_type != EVALUATOR else 1)
+    startup.mark("pre-flight")
     # Everything this task can check alone comes before waiting for the others.
     strategies = make_strategies(job.strategy, job.eval_strategy, cluster)
     train = strategies.train_distribute
     num_replicas = train.num_replicas_in_sync if train and cluster.task_type != EVALUATOR else 1
     _check_batch(job, num_replicas, cluster)
     run_config = make_run_config(job.run, train, strategies.eval_distribute)
+    startup.mark("strategies")
     rendezvous(cluster, job_view(job, cluster), job.startup_timeout)
+    startup.mark("rendezvous")
     logging.info(
         "Task %s: strategy %s, communication requested %s, used %s; %d replica(s); "
         "global batch %d.",
@@ -672,11 +694,13 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     exporters = export.make_exporters(
         checked.feature_specs, job.exports, job.export_best_by, job.exports_to_keep
     )
-    train_spec = tf.estimator.TrainSpec(
-        checked.input_fn,
-        max_steps=job.train_steps,
-        hooks=[watchdog.hook()] if isinstance(watchdog, Watchdog) else [],
-    )
+    hooks = [startup.hook()]
+    if isinstance(watchdog, Watchdog):
+        hooks.append(watchdog.hook())
+    if job.trace_every_steps:
+        traces = os.path.join(job.run.model_dir, "traces", cluster.role)
+        hooks.append(tf.compat.v1.train.ProfilerHook(job.trace_every_steps, output_dir=traces))
+    train_spec = tf.estimator.TrainSpec(checked.input_fn, max_steps=job.train_steps, hooks=hooks)
     eval_spec = tf.estimator.EvalSpec(
         checked.input_fn,
         steps=job.eval_steps,

@@ -41,6 +41,7 @@ from absl import app, flags
 
 from estimator_dist import exit_codes, netns, pitfalls, train
 from estimator_dist.cluster import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig, make_local_cluster
+from estimator_dist.cpus import split_cores
 from estimator_dist.errors import UsageError
 
 PROGRAM = "estimator_dist.launch"
@@ -89,6 +90,14 @@ _TIMEOUT = flags.DEFINE_float(
 _GRACE = flags.DEFINE_float(
     "grace_secs", 10, "Seconds between SIGTERM and SIGKILL when stopping tasks.", lower_bound=0
 )
+_PIN_CORES = flags.DEFINE_boolean(
+    "pin_cores",
+    True,
+    "Give each training task its own share of the cores this launcher may use (round-robin "
+    "when tasks outnumber cores), so tasks do not fight over cores and TensorFlow sizes each "
+    "task's thread pools to its share; the evaluator and ps tasks use every core. Run the "
+    "launcher under `taskset -c ...` to give the job fewer cores.",
+)
 
 #: First line of a launcher whose cluster runs in a private network namespace.
 ISOLATED_MESSAGE = (
@@ -122,11 +131,11 @@ class Failure:
 
 @dataclasses.dataclass
 class Task:
-    """One running task: its configuration, process and log file."""
+    """One task: its configuration, and its process and log file once started."""
 
     config: ClusterConfig
-    process: subprocess.Popen
-    log: IO[str]
+    process: Optional[subprocess.Popen]
+    log: Optional[IO[str]]
 
     @property
     def name(self) -> str:
@@ -164,6 +173,9 @@ class Launcher:
       train_args: Flags for `estimator_dist.train`, the same on every task.
       model_dir: The job's model_dir, where `logs/` goes.
       checkpoint_step: Returns the global step of the latest checkpoint.
+      pin_cores: Run each training task on its own share of the cores.
+      started: Monotonic time the launcher started, for the time to the
+        first training step.
       out: Where prefixed task output is printed.
     """
 
@@ -172,14 +184,23 @@ class Launcher:
         train_args: Sequence[str],
         model_dir: str,
         checkpoint_step: Callable[[], int],
+        pin_cores: bool = False,
+        started: Optional[float] = None,
         out: IO[str] = sys.stdout,
     ) -> None:
         self._train_args = list(train_args)
         self._model_dir = model_dir
         self._checkpoint_step = checkpoint_step
+        self._pin_cores = pin_cores
+        self._started = time.monotonic() if started is None else started
         self._out = out
         self._print_lock = threading.Lock()
         self._exits: queue.Queue = queue.Queue()
+        self._spawn_lock = threading.Lock()
+        self._held: List[Task] = []
+        self._stopping = False
+        self._attempt = 0
+        self._cores: dict = {}
         self.tasks: List[Task] = []
         self.failed_at: Optional[float] = None
 
@@ -190,27 +211,50 @@ class Launcher:
             self._out.flush()
 
     def start(self, configs: Sequence[ClusterConfig], attempt: int) -> None:
-        """Starts one process per task configuration."""
-        log_dir = os.path.join(self._model_dir, "logs")
-        os.makedirs(log_dir, exist_ok=True)
-        self.tasks = []
+        """Starts one process per task configuration, the evaluator's later.
+
+        The evaluator has nothing to do before the first checkpoint, so it is
+        held back until the chief has run its first step (or a training task
+        finished), and does not compete for cores while the cluster starts.
+        """
+        os.makedirs(os.path.join(self._model_dir, "logs"), exist_ok=True)
+        self._attempt = attempt
         self._exits = queue.Queue()
-        for config in configs:
-            env = dict(os.environ, TF_CONFIG=config.to_json(), PYTHONUNBUFFERED="1")
-            process = subprocess.Popen(
-                [sys.executable, "-m", "estimator_dist.train", *self._train_args],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-            log = open(os.path.join(log_dir, f"{config.role}.log"), "a")
-            log.write(f"===== attempt {attempt} =====\n")
-            task = Task(config, process, log)
-            self.tasks.append(task)
-            threading.Thread(target=self._pump, args=(task, self._exits), daemon=True).start()
-            self.say(f"started {task.name} (pid {process.pid}) TF_CONFIG={config.to_json()}")
+        self._stopping = False
+        training = [c.role for c in configs if c.task_type in (CHIEF, WORKER)]
+        self._cores = dict(zip(training, split_cores(len(training)))) if self._pin_cores else {}
+        self.tasks = [Task(config, None, None) for config in configs]
+        self._held = [t for t in self.tasks if t.config.task_type == EVALUATOR]
+        for task in self.tasks:
+            if task.config.task_type != EVALUATOR:
+                self._spawn(task)
+
+    def release(self) -> None:
+        """Starts the tasks `start` held back (the evaluator), once, unless stopping."""
+        with self._spawn_lock:
+            if self._stopping:
+                return
+            held, self._held = self._held, []
+            for task in held:
+                self._spawn(task)
+
+    def _spawn(self, task: Task) -> None:
+        config = task.config
+        cores = self._cores.get(config.role)
+        task.process = subprocess.Popen(
+            [sys.executable, "-m", "estimator_dist.train", *self._train_args],
+            env=dict(os.environ, TF_CONFIG=config.to_json(), PYTHONUNBUFFERED="1"),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            preexec_fn=None if cores is None else lambda: os.sched_setaffinity(0, cores),
+        )
+        task.log = open(os.path.join(self._model_dir, "logs", f"{config.role}.log"), "a")
+        task.log.write(f"===== attempt {self._attempt} =====\n")
+        threading.Thread(target=self._pump, args=(task, self._exits), daemon=True).start()
+        on = f" on cores {','.join(map(str, sorted(cores)))}" if cores else ""
+        self.say(f"started {task.name} (pid {task.process.pid}){on} TF_CONFIG={config.to_json()}")
 
     def _pump(self, task: Task, exits: queue.Queue) -> None:
         prefix = f"[{task.name}] "
@@ -225,6 +269,13 @@ class Launcher:
                     f"training resumed {time.monotonic() - self.failed_at:.1f} s after the "
                     "failure was detected"
                 )
+            elif first_step:
+                self.say(
+                    f"first training step {time.monotonic() - self._started:.1f} s after the "
+                    "launcher started"
+                )
+            if first_step:
+                self.release()
         task.log.close()
         exits.put((task, task.process.wait()))
 
@@ -270,13 +321,16 @@ class Launcher:
                     )
                 if finish_by is None:
                     finish_by = time.monotonic() + finish_timeout
+                    self.release()
             del pending[id(task)]
             self.say(f"{task.name} finished")
         return None
 
     def stop(self, grace_secs: float) -> None:
         """Stops every task still running: SIGTERM, then SIGKILL after `grace_secs`."""
-        running = [t for t in self.tasks if t.process.poll() is None]
+        with self._spawn_lock:
+            self._stopping = True
+        running = [t for t in self.tasks if t.process is not None and t.process.poll() is None]
         for task in running:
             task.process.terminate()
         end = time.monotonic() + grace_secs
@@ -307,6 +361,7 @@ def main(argv: Sequence[str]) -> int:
     isolation = ISOLATED_MESSAGE if reason is None else EXPOSED_MESSAGE.format(reason=reason)
 
     from estimator_dist import driver
+    from estimator_dist.startup import process_started
 
     train_args = list(argv[1:])
     if not any(arg.startswith("--model_dir") for arg in train_args):
@@ -323,7 +378,13 @@ def main(argv: Sequence[str]) -> int:
         train.usage_exit(PROGRAM, str(error))
 
     model_dir = job.run.model_dir
-    launcher = Launcher(train_args, model_dir, lambda: driver.checkpoint_step(model_dir))
+    launcher = Launcher(
+        train_args,
+        model_dir,
+        lambda: driver.checkpoint_step(model_dir),
+        _PIN_CORES.value,
+        process_started(),
+    )
     launcher.say(isolation)
     launcher.say(pitfalls.format_report(list(checked.pitfalls)))
     launcher.say(

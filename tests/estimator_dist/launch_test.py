@@ -7,6 +7,7 @@ import signal
 import pytest
 import tensorflow as tf
 
+from estimator_dist.cpus import split_cores
 from run_config.strategies import NCCL_WITHOUT_GPU_MESSAGE
 from tests.procs import Background, run_module
 
@@ -48,6 +49,31 @@ def test_two_workers_and_evaluator_over_ring(tmp_path, data_dir):
     assert re.search(r"\[launcher\] final evaluation: global_step=150, accuracy=0\.\d+", run.output)
     for task in ("chief", "worker-0", "evaluator"):
         assert f"\n[{task}] " in run.output, f"no output prefixed [{task}]"
+    # Each training task on a core of its own; the evaluator only once training runs, so
+    # that it does not slow the cluster's start.
+    lines = run.output.splitlines()
+    started = {
+        match.group(1): index
+        for index, line in enumerate(lines)
+        for match in [re.match(r"\[launcher\] started (\S+) \(pid \d+\)( on cores \S+)?", line)]
+        if match
+    }
+    chief_cores, worker_cores = (sorted(cores) for cores in split_cores(2))
+    assert f" on cores {','.join(map(str, chief_cores))} " in lines[started["chief"]]
+    assert f" on cores {','.join(map(str, worker_cores))} " in lines[started["worker-0"]]
+    assert " on cores " not in lines[started["evaluator"]]
+    first_step = next(i for i, line in enumerate(lines) if "first training step" in line)
+    assert started["chief"] < started["worker-0"] < first_step < started["evaluator"]
+    phases = re.search(r"\[chief\] .*task chief-0 start-up [\d.]+ s: (.*)", run.output).group(1)
+    assert [p.rsplit(" ", 2)[0] for p in phases.split(", ")] == [
+        "imports",
+        "pre-flight",
+        "strategies",
+        "rendezvous",
+        "graph",
+        "session",
+        "first step",
+    ]
 
     record = run.json("run_record.json")
     assert record["role"] == "chief-0"
@@ -56,6 +82,8 @@ def test_two_workers_and_evaluator_over_ring(tmp_path, data_dir):
     assert (record["num_workers"], record["num_replicas"]) == (2, 2)
     assert (record["global_batch_size"], record["per_replica_batch_size"]) == (64, 32)
     assert record["versions"]["tensorflow"] == tf.__version__
+    assert record["onednn"] is True  # --onednn=auto turns it on unless the environment says
+    assert record["cores"] == chief_cores
 
     assert_final_checkpoint(run.model_dir, 150)
     # Only the chief writes model_dir's checkpoints; the worker's own, in tmp_worker_0,
