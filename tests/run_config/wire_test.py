@@ -7,6 +7,7 @@ multi-worker case runs in `tests/estimator_dist/equivalence_test.py`.
 """
 
 import copy
+import json
 
 import numpy as np
 import pytest
@@ -78,3 +79,42 @@ def test_fail_with_a_dtype_that_is_not_16_bit_float(dtype):
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         with pytest.raises(ValueError, match="bfloat16 or float16"):
             send_gradients_as(strategy, dtype)
+
+
+TWO_WORKERS = json.dumps(
+    {
+        "cluster": {"chief": ["localhost:2222"], "worker": ["localhost:2223"]},
+        "task": {"type": "chief", "index": 0},
+    }
+)
+
+
+def collectives_built(build, wire_dtype="float32"):
+    """Builds a 2-worker strategy's graph (graph mode starts no server); returns its collectives."""
+    with tf.Graph().as_default() as graph:
+        strategy = get_strategy(
+            StrategyConfig("multi_worker_mirrored", "RING", gradient_wire_dtype=wire_dtype),
+            num_gpus=0,
+        )
+        strategy = copy.deepcopy(strategy)  # as Estimator's coordinator does
+        with strategy.scope():
+            build(strategy)
+    return [op for op in graph.get_operations() if op.type == "CollectiveReduceV2"]
+
+
+def gradients_of_two_variables(strategy):
+    variables = [tf.Variable(tf.zeros([3])), tf.Variable(tf.zeros([4, 2]))]
+    # On the replica's device, as an optimizer's gradients are.
+    with tf.device(strategy.extended.worker_devices[0]):
+        pairs = [(tf.ones(v.shape), v) for v in variables]
+    strategy.extended.batch_reduce_to(tf.distribute.ReduceOp.SUM, pairs)
+
+
+@pytest.mark.parametrize("wire_dtype, dtype", [("float32", tf.float32), ("bfloat16", tf.bfloat16)])
+def test_two_workers_all_reduce_every_gradient_in_one_collective_of_the_wire_dtype(
+    monkeypatch, wire_dtype, dtype
+):
+    monkeypatch.setenv("TF_CONFIG", TWO_WORKERS)
+    (collective,) = collectives_built(gradients_of_two_variables, wire_dtype)
+    assert collective.get_attr("T") == dtype
+    assert collective.inputs[0].shape.num_elements() == 3 + 8
