@@ -1,13 +1,18 @@
 # The two commands of README.md. Each creates .venv with pinned packages on first use.
 #   make demo   2 workers + an evaluator on the embedded digits dataset, prints the metrics
 #   make test   the test suite (what .ci/run runs)
+# And the benchmark suite (not part of the tests; about 2 hours on 2 cores):
+#   make bench  writes docs/benchmarks/ (BENCH_ARGS=--quick for a short check)
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3.10 || command -v python3.9)
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat setup.py requirements/constraints.txt | cksum | cut -d' ' -f1)
 DATA_DIR := .data/tfds
 
-.PHONY: demo test lint format
+HOROVOD_VENV := .venv-horovod
+BENCH_ARGS ?=
+
+.PHONY: demo test lint format bench bench-horovod
 
 $(STAMP): setup.py requirements/constraints.txt
 	@test -n "$(PYTHON)" || { echo "error: Python 3.9, 3.10 or 3.11 is needed (TensorFlow 2.15 supports no other); install one, or run: make PYTHON=/path/to/python3.11 ..." >&2; exit 1; }
@@ -30,3 +35,20 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
+
+# Horovod (Gloo, no MPI) compiled against the pinned TensorFlow, in a venv of its own,
+# for the suite's Horovod comparison: about 15 minutes on 2 cores; needs cmake and g++.
+$(HOROVOD_VENV)/.installed: setup.py requirements/constraints.txt
+	rm -rf $(HOROVOD_VENV)
+	$(PYTHON) -m venv $(HOROVOD_VENV)
+	$(HOROVOD_VENV)/bin/pip install --quiet --disable-pip-version-check -c requirements/constraints.txt -e . setuptools wheel
+	HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 \
+	HOROVOD_WITHOUT_MXNET=1 HOROVOD_CPU_OPERATIONS=GLOO MAKEFLAGS=-j$$(nproc) \
+		$(HOROVOD_VENV)/bin/pip install --quiet --disable-pip-version-check --no-build-isolation --no-cache-dir horovod==0.28.1
+	touch $@
+
+bench-horovod: $(HOROVOD_VENV)/.installed
+
+bench: $(STAMP)
+	$(MAKE) bench-horovod || echo "Horovod could not be built; the suite runs without its comparison."
+	TF_CPP_MIN_LOG_LEVEL=2 $(VENV)/bin/python -m benchmarks $(BENCH_ARGS)

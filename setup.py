@@ -39,7 +39,8 @@ setup(
     ],
     extras_require={
         "gpu": [f"tensorflow[and-cuda]=={TF_VERSION}"],
-        "test": ["pytest>=7", "pytest-timeout>=2.1", "ruff==0.17.6"],
+        # matplotlib: the benchmark suite's plots, which its tests draw too.
+        "test": ["pytest>=7", "pytest-timeout>=2.1", "ruff==0.17.6", "matplotlib>=3.7"],
     },
     entry_points={
         "console_scripts": [

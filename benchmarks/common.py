@@ -1,7 +1,7 @@
 """What every benchmark shares: cores, clusters of real processes, statistics.
 
 Each measurement runs in fresh processes, each pinned to its own core when
-cores allow (`assign_cores`), so a figure never depends on what an earlier
+cores allow (`contenders.one_core_each`), so a figure never depends on what an earlier
 measurement left behind in the process. Contenders are interleaved round by
 round (`interleave`), so a slow spell of the machine hits them alike, and
 ratios are taken per round (`paired_ratios`) before their median.
@@ -22,7 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import AbstractSet, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import portpicker
 
@@ -67,24 +67,6 @@ def interleave(contenders: Sequence[str], rounds: int, seed: int = 0) -> Iterato
             yield round_index, contender
 
 
-def available_cores() -> List[int]:
-    """The cores this process may run on."""
-    return sorted(os.sched_getaffinity(0))
-
-
-def assign_cores(tasks: int, cores: Optional[Sequence[int]] = None) -> Tuple[List[int], bool]:
-    """One core for each task, round-robin when tasks outnumber cores.
-
-    Returns:
-      The core of each task, and whether some core runs more than one task.
-
-    >>> assign_cores(3, [0, 1])
-    ([0, 1, 0], True)
-    """
-    cores = list(cores if cores is not None else available_cores())
-    return [cores[i % len(cores)] for i in range(tasks)], tasks > len(cores)
-
-
 def load_average() -> float:
     """The 1-minute load average, recorded next to each measurement."""
     with open("/proc/loadavg", encoding="ascii") as f:
@@ -112,11 +94,11 @@ def _tail(path: str, lines: int = 30) -> str:
 def run_tasks(
     commands: Sequence[Sequence[str]],
     envs: Sequence[Mapping[str, str]],
-    cores: Sequence[int],
+    cores: Sequence[Optional[AbstractSet[int]]],
     log_dir: str,
     timeout: float,
 ) -> List[float]:
-    """Runs one process per command, each pinned to its core, until all end.
+    """Runs one process per command, each pinned to its cores (None: not pinned), until all end.
 
     Every process gets its own session so that one kill reaches its
     children. On a failure or after `timeout` seconds every process is
@@ -143,7 +125,9 @@ def run_tasks(
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
-                    preexec_fn=lambda core=core: os.sched_setaffinity(0, {core}),
+                    preexec_fn=None
+                    if core is None
+                    else lambda core=core: os.sched_setaffinity(0, core),
                 )
             )
     ended: Dict[int, float] = {}

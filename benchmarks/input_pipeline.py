@@ -37,16 +37,6 @@ from typing import List, Sequence
 import tensorflow as tf
 from absl import app, flags
 
-_EXAMPLES = flags.DEFINE_integer("examples", 20_000, "Examples per dataset.", lower_bound=1000)
-_SECONDS = flags.DEFINE_float("seconds", 10.0, "Measuring time per figure.", lower_bound=1.0)
-_BATCH = flags.DEFINE_integer(
-    "per_worker_batch", 64, "Examples per worker per step.", lower_bound=1
-)
-_WORKERS = flags.DEFINE_integer("workers", 2, "Workers the data is sharded over.", lower_bound=1)
-_SHARDS = flags.DEFINE_integer("num_shards", 8, "TFRecord files per dataset.", lower_bound=1)
-_REPEATS = flags.DEFINE_integer("repeats", 3, "Measurements of each figure.", lower_bound=1)
-_CHILD = flags.DEFINE_string("child", None, "Internal: run one measurement (JSON) and print it.")
-
 SHAPES = {"mnist": (28, 28, 1), "cifar": (32, 32, 3)}
 WARMUP_STEPS = 20
 
@@ -233,24 +223,37 @@ def format_rows(rows: Sequence[dict], batch: int, workers: int) -> str:
     return "\n".join(lines)
 
 
+def define_flags() -> None:
+    """Defines this program's flags (only when it runs as a program)."""
+    flags.DEFINE_integer("examples", 20_000, "Examples per dataset.", lower_bound=1000)
+    flags.DEFINE_float("seconds", 10.0, "Measuring time per figure.", lower_bound=1.0)
+    flags.DEFINE_integer("per_worker_batch", 64, "Examples per worker per step.", lower_bound=1)
+    flags.DEFINE_integer("workers", 2, "Workers the data is sharded over.", lower_bound=1)
+    flags.DEFINE_integer("num_shards", 8, "TFRecord files per dataset.", lower_bound=1)
+    flags.DEFINE_integer("repeats", 3, "Measurements of each figure.", lower_bound=1)
+    flags.DEFINE_string("child", None, "Internal: run one measurement (JSON) and print it.")
+
+
 def main(argv: Sequence[str]) -> int:
     """Runs the benchmark (or, with --child, one measurement) and prints the results."""
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {list(argv[1:])}")
-    if _CHILD.value:
-        print(run_child(json.loads(_CHILD.value)), flush=True)
+        raise app.UsageError(f"unexpected arguments {list(argv[1:])}", exitcode=2)
+    f = flags.FLAGS
+    if f.child:
+        print(run_child(json.loads(f.child)), flush=True)
         return 0
     rows = benchmark(
-        _EXAMPLES.value,
-        _SECONDS.value,
-        _BATCH.value,
-        _WORKERS.value,
-        _SHARDS.value,
-        _REPEATS.value,
+        f.examples,
+        f.seconds,
+        f.per_worker_batch,
+        f.workers,
+        f.num_shards,
+        f.repeats,
     )
-    print(format_rows(rows, _BATCH.value, _WORKERS.value), flush=True)
+    print(format_rows(rows, f.per_worker_batch, f.workers), flush=True)
     return 0
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

@@ -1,0 +1,61 @@
+"""Runs the benchmark suite and writes docs/benchmarks/ (results.json, README.md, plots).
+
+  python -m benchmarks                      # everything, 3 rounds (about 2 hours on 2 cores)
+  python -m benchmarks --quick --rounds=1   # a shorter check of the suite (about 15 minutes)
+  python -m benchmarks --sections=collectives,startup
+
+`make bench` builds the environment (and Horovod, if it can) and runs the
+first form. Nothing else should run on the machine meanwhile: the suite
+pins its processes to cores and its figures assume they are free.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+from absl import app, flags
+
+from benchmarks.report import write_report
+from benchmarks.suite import SECTIONS, Settings, run_suite, save
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HOROVOD_PYTHON = os.path.join(REPO, ".venv-horovod", "bin", "python")
+
+_SECTIONS = flags.DEFINE_list("sections", list(SECTIONS), f"Which of {', '.join(SECTIONS)}.")
+_ROUNDS = flags.DEFINE_integer("rounds", 3, "Repetitions of every measurement.", lower_bound=1)
+_QUICK = flags.DEFINE_boolean("quick", False, "Fewer configurations and shorter runs.")
+_HOROVOD = flags.DEFINE_string(
+    "horovod_python",
+    None,
+    "A Python with Horovod (Gloo) and this package (`make bench-horovod` builds "
+    f"{os.path.relpath(HOROVOD_PYTHON, REPO)}, used when it exists); empty to leave Horovod out.",
+)
+_OUTPUT = flags.DEFINE_string(
+    "output", os.path.join(REPO, "docs", "benchmarks"), "Where results and report go."
+)
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the shuffled run order.")
+
+
+def main(argv: Sequence[str]) -> None:
+    """Flags in, the suite, results and report out."""
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {list(argv[1:])}", exitcode=2)
+    horovod = _HOROVOD.value
+    if horovod is None:
+        horovod = HOROVOD_PYTHON if os.path.exists(HOROVOD_PYTHON) else ""
+    try:
+        settings = Settings(
+            tuple(_SECTIONS.value), _ROUNDS.value, _QUICK.value, horovod, _SEED.value
+        )
+    except ValueError as error:
+        raise app.UsageError(str(error), exitcode=2) from None
+    os.makedirs(_OUTPUT.value, exist_ok=True)
+    path = os.path.join(_OUTPUT.value, "results.json")
+    results = run_suite(settings, on_section=lambda partial: save(partial, path))
+    save(results, path)
+    print(write_report(results, _OUTPUT.value))
+
+
+if __name__ == "__main__":
+    app.run(main)

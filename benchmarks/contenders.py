@@ -1,0 +1,224 @@
+"""What is measured: one training configuration, run in fresh processes, in examples/s.
+
+A `Config` names the contender and everything that decides its speed; `measure`
+runs it once, each worker in its own process pinned to one core of its own
+where cores allow (`one_core_each`), and returns global examples
+per second (all workers together), timed between two step counts at the
+chief after a warm-up, never including start-up.
+
+Contenders:
+
+* `package`: `python -m estimator_dist.train` on every task, with the
+  package's defaults unless `flags` says otherwise;
+* `handwritten`: `benchmarks.handwritten`, the tutorial's Estimator script
+  with the same model_fn, data, batch and session settings;
+* `keras`: `benchmarks.keras_fit`, Keras `model.fit` under the same strategy
+  (`flags` may set its `steps_per_execution`);
+* `horovod`: `benchmarks.horovod_estimator`, the same Estimator training with
+  Horovod's `DistributedOptimizer` over Gloo instead of a strategy;
+* `independent`: `workers` separate one-worker package jobs at once, each on
+  its own core, that never talk: the sum of their speeds is what the cores
+  can give with no synchronisation at all, the ceiling of any scaling.
+
+Every contender reads 1024 random images held in memory, so input costs
+nothing, and runs with the same oneDNN setting and thread pools.
+
+>>> Config("package", workers=2).global_batch
+128
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from typing import Dict, List, Sequence, Tuple
+
+from benchmarks import common
+from estimator_dist.cpus import allowed_cores, split_cores
+
+CONTENDERS = ("package", "handwritten", "keras", "horovod", "independent")
+MODELS = {"mnist_cnn": "28x28x1", "resnet_cifar": "32x32x3"}
+#: Steps per run, and steps skipped before timing, per model (about 10 s timed).
+STEPS = {"mnist_cnn": (1500, 300), "resnet_cifar": (120, 30)}
+#: Speed summaries (global_step/sec) written over the timed steps.
+SUMMARIES = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One measured configuration.
+
+    Attributes:
+      contender: One of `CONTENDERS`.
+      model: One of `MODELS`.
+      workers: Training processes.
+      per_worker_batch: Examples per worker per step (per micro-batch with
+        gradient accumulation).
+      communication: RING or AUTO.
+      flags: Extra `estimator_dist.train` flags (package only), as
+        `(name, value)` pairs, such as `(("gradient_wire_dtype", "bfloat16"),)`.
+      pin: Pin each worker to its own share of the cores.
+      onednn: `TF_ENABLE_ONEDNN_OPTS` for every process.
+      steps_factor: Multiplies the default number of steps (accumulation
+        runs count updates, which hold several micro-batches).
+    """
+
+    contender: str = "package"
+    model: str = "mnist_cnn"
+    workers: int = 1
+    per_worker_batch: int = 64
+    communication: str = "RING"
+    flags: Tuple[Tuple[str, str], ...] = ()
+    pin: bool = True
+    onednn: bool = True
+    steps_factor: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.contender not in CONTENDERS:
+            raise ValueError(f"contender must be one of {CONTENDERS}, received {self.contender!r}.")
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {tuple(MODELS)}, received {self.model!r}.")
+
+    @property
+    def global_batch(self) -> int:
+        """Examples of one step over all workers."""
+        return self.per_worker_batch * self.workers
+
+    @property
+    def accumulation(self) -> int:
+        """Micro-batches per update (`--gradient_accumulation_steps`)."""
+        return int(dict(self.flags).get("gradient_accumulation_steps", 1))
+
+    def steps(self) -> Tuple[int, int]:
+        """(Steps to run, steps to skip before timing)."""
+        total, warmup = STEPS[self.model]
+        factor = self.steps_factor / self.accumulation
+        return max(20, int(total * factor)), max(5, int(warmup * factor))
+
+    def label(self) -> str:
+        """A short unique name, for tables and logs."""
+        parts = [self.contender, self.model, f"{self.workers}w", f"b{self.per_worker_batch}"]
+        parts += [self.communication] + [f"{name}={value}" for name, value in self.flags]
+        parts += [] if self.pin else ["unpinned"]
+        parts += [] if self.onednn else ["no-onednn"]
+        return " ".join(parts)
+
+
+def one_core_each(workers: int) -> List[frozenset]:
+    """One core per worker, round-robin when workers outnumber cores.
+
+    Unlike the launcher, which divides all cores among its tasks, a benchmark
+    gives one worker one core whatever the count, so that N workers get N
+    times the hardware of one.
+    """
+    return split_cores(workers, allowed_cores()[:workers])
+
+
+def _env(config: Config) -> Dict[str, str]:
+    return {"TF_ENABLE_ONEDNN_OPTS": "1" if config.onednn else "0"}
+
+
+def _read_result(path: str, config: Config) -> float:
+    with open(path, encoding="utf-8") as stream:
+        result = json.load(stream)
+    if result["onednn"] != config.onednn:
+        raise common.BenchmarkError(
+            f"{config.label()} ran with oneDNN {result['onednn']}, expected {config.onednn}."
+        )
+    return float(result["examples_per_second"])
+
+
+def horovod_command(workers: int, python: str, args: Sequence[str]) -> List[str]:
+    """Runs `benchmarks.horovod_estimator` on `workers` local ranks with `python`'s horovodrun.
+
+    horovodrun starts the ranks with Gloo over loopback; each rank pins its threads to
+    its own core.
+    """
+    horovodrun = os.path.join(os.path.dirname(python), "horovodrun")
+    module = "benchmarks.horovod_estimator"
+    hosts = f"localhost:{workers}"
+    return [horovodrun, "--gloo", "-np", str(workers), "-H", hosts, python, "-m", module, *args]
+
+
+def _log_steps(steps: int, warmup: int) -> int:
+    return max(1, (steps - warmup) // SUMMARIES)
+
+
+def _package_args(config: Config, model_dir: str, steps: int, warmup: int) -> List[str]:
+    """`estimator_dist.train` flags that run `config` on one task of its cluster."""
+    return [
+        f"--model_dir={model_dir}",
+        f"--model_fn={config.model}",
+        "--input_fn=synthetic",
+        f"--params=image_shape={MODELS[config.model]},num_examples=1024",
+        f"--batch_size={config.global_batch}",
+        f"--train_steps={steps}",
+        f"--log_step_count_steps={_log_steps(steps, warmup)}",
+        "--save_checkpoints_steps=1000000",
+        "--save_summary_steps=1000000",
+        "--export=",
+        "--eval_steps=1",
+        f"--communication={config.communication}",
+        *[f"--{name}={value}" for name, value in config.flags],
+    ]
+
+
+def measure(config: Config, horovod_python: str = "", timeout: float = 900) -> float:
+    """Runs `config` once; returns global examples per second.
+
+    Raises:
+      BenchmarkError: if a process fails or the time runs out.
+    """
+    directory = tempfile.mkdtemp(prefix="bench-")
+    model_dir = os.path.join(directory, "model")
+    steps, warmup = config.steps()
+    cores = one_core_each(config.workers) if config.pin else [None] * config.workers
+    result = os.path.join(directory, "result.json")
+    common_args = [f"--per_worker_batch={config.per_worker_batch}", f"--model={config.model}"]
+    if config.contender == "horovod":
+        args = [*common_args, f"--steps={steps}", f"--warmup_steps={warmup}", f"--result={result}"]
+        command = horovod_command(config.workers, horovod_python, args)
+        common.run_tasks([command], [_env(config)], [None], directory, timeout)
+        return _read_result(result, config)
+    if config.contender == "independent":
+        alone = dataclasses.replace(config, contender="package", workers=1)
+        model_dirs = [os.path.join(directory, f"model-{i}") for i in range(config.workers)]
+        commands = [
+            common.python_module("estimator_dist.train", *_package_args(alone, d, steps, warmup))
+            for d in model_dirs
+        ]
+        common.run_tasks(commands, [_env(config)] * config.workers, cores, directory, timeout)
+        examples = config.per_worker_batch * config.accumulation
+        return sum(common.step_rate(d, warmup) * examples for d in model_dirs)
+    configs = common.tf_configs(config.workers)
+    envs = [{**_env(config), "TF_CONFIG": tf_config} for tf_config in configs]
+    if config.contender == "keras":
+        args = [
+            *common_args,
+            f"--communication={config.communication}",
+            f"--steps={steps}",
+            f"--warmup_steps={warmup}",
+            f"--result={result}",
+            *[f"--{name}={value}" for name, value in config.flags],
+        ]
+        commands = [common.python_module("benchmarks.keras_fit", *args)] * config.workers
+        common.run_tasks(commands, envs, cores, directory, timeout)
+        return _read_result(result, config)
+    if config.contender == "handwritten":
+        args = [
+            *common_args,
+            f"--model_dir={model_dir}",
+            f"--steps={steps}",
+            f"--log_step_count_steps={_log_steps(steps, warmup)}",
+            f"--communication={config.communication}",
+            *[f"--{name}={value}" for name, value in config.flags],
+        ]
+        commands = [common.python_module("benchmarks.handwritten", *args)] * config.workers
+    else:
+        args = _package_args(config, model_dir, steps, warmup)
+        commands = [common.python_module("estimator_dist.train", *args)] * config.workers
+    common.run_tasks(commands, envs, cores, directory, timeout)
+    updates_per_second = common.step_rate(model_dir, warmup)
+    return updates_per_second * config.global_batch * config.accumulation

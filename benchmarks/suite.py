@@ -1,0 +1,458 @@
+"""The benchmark suite: every comparison of issue 6, side by side, in one run.
+
+`run_suite(settings)` measures each section and returns one JSON-able dict;
+`benchmarks.report` turns it into `docs/benchmarks/README.md` and plots.
+
+Noise control: this machine's speed drifts by a fifth between minutes, so
+configurations that are compared with each other form a *group*, run back
+to back in a shuffled order within each round, and every ratio is taken
+within a round (`common.paired_ratios`) before its median and range are
+reported. Rounds repeat the whole set; each run is a fresh set of processes.
+
+Sections:
+
+* `alternatives`: the package against hand-written Estimator code, Keras
+  `model.fit` and Horovod (Gloo), same model, data and batch, 2 workers;
+* `scaling`: 1, 2 and 3 workers, weak (fixed batch per worker) and strong
+  (fixed global batch), `mnist_cnn` and `resnet_cifar`, RING and AUTO;
+* `options`: each performance option's 2-worker efficiency and speed, next
+  to the hardware limit (two separate jobs at once, one per core);
+* `collectives`: all-reduce time against size, and the loopback floor;
+* `startup`: the launcher's start to the first training step, by phase;
+* `input`: input pipeline throughput against what training consumes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from absl import logging
+
+from benchmarks import allreduce, common, input_pipeline
+from benchmarks.contenders import Config, measure, one_core_each
+
+SECTIONS = ("alternatives", "scaling", "options", "collectives", "startup", "input")
+#: Target ratios of issue 6.
+TARGETS = {
+    "package / handwritten": 0.98,
+    "package / keras": 3.0,
+    "package / horovod": 1.0,
+    "efficiency, 2 workers": 0.90,
+    "startup seconds": 15.0,
+}
+#: Two separate one-worker jobs at once: what the cores give with no synchronisation.
+HARDWARE_LIMIT = "hardware limit"
+#: Options measured for 2-worker efficiency, with what each changes in the update.
+OPTIONS: Dict[str, Tuple[Tuple[Tuple[str, str], ...], Dict[str, Any], str]] = {
+    "defaults": ((), {}, "plain synchronous SGD: one all-reduce of all gradients per step"),
+    "bytes_per_pack=64KiB": (
+        (("bytes_per_pack", "65536"),),
+        {},
+        "none: gradients all-reduced in packs that may start during the backward pass",
+    ),
+    "inter_op_threads=2": (
+        (("inter_op_threads", "2"),),
+        {},
+        "none: a second thread runs collectives beside the backward pass",
+    ),
+    "gradient_wire_dtype=bfloat16": (
+        (("gradient_wire_dtype", "bfloat16"),),
+        {},
+        "gradients rounded to bfloat16 (8 significant bits) and summed in it",
+    ),
+    "gradient_accumulation_steps=4": (
+        (("gradient_accumulation_steps", "4"),),
+        {},
+        "one update per 4 micro-batches: effective global batch x4",
+    ),
+    "gradient_accumulation_steps=8": (
+        (("gradient_accumulation_steps", "8"),),
+        {},
+        "one update per 8 micro-batches: effective global batch x8",
+    ),
+    "bfloat16 + accumulation 4": (
+        (("gradient_wire_dtype", "bfloat16"), ("gradient_accumulation_steps", "4")),
+        {},
+        "both of the above",
+    ),
+    "onednn off": ((), {"onednn": False}, "none (Eigen kernels: slower compute)"),
+    "not pinned": ((), {"pin": False}, "none (workers float over all cores)"),
+    HARDWARE_LIMIT: (
+        (),
+        {"contender": "independent"},
+        "no update is shared: 2 separate 1-worker jobs at once, one per core",
+    ),
+}
+#: Keras at its fastest: 20 steps per tf.function call (the tutorial leaves 1).
+KERAS_FASTEST = (("steps_per_execution", "20"),)
+QUICK_OPTIONS = (
+    "defaults",
+    "gradient_wire_dtype=bfloat16",
+    "gradient_accumulation_steps=8",
+    HARDWARE_LIMIT,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What the suite runs.
+
+    Attributes:
+      sections: Which of `SECTIONS` to run.
+      rounds: Repetitions of every measurement.
+      quick: Fewer configurations and shorter runs, for a check of the suite.
+      horovod_python: A Python with Horovod (Gloo) and this package; empty
+        to leave Horovod out.
+      seed: Seed of the shuffled run order.
+    """
+
+    sections: Tuple[str, ...] = SECTIONS
+    rounds: int = 3
+    quick: bool = False
+    horovod_python: str = ""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.sections) - set(SECTIONS))
+        if unknown:
+            raise ValueError(f"unknown sections {unknown}; valid: {', '.join(SECTIONS)}.")
+        if self.rounds < 1:
+            raise ValueError(f"rounds must be at least 1, received {self.rounds}.")
+
+
+def _summary(samples: Sequence[float]) -> Dict[str, Any]:
+    return {"samples": list(samples), **common.summarize(samples)}
+
+
+def run_groups(
+    groups: Sequence[Sequence[Config]],
+    settings: Settings,
+    measure_fn: Callable[[Config], float],
+) -> List[Dict[Config, List[float]]]:
+    """Measures every config of every group once per round; groups and members shuffled.
+
+    A config in two groups is measured in each, so that each group's ratios
+    pair runs that ran back to back.
+
+    Returns:
+      Per group, each config's samples, one per round, in round order.
+    """
+    rng = random.Random(settings.seed)
+    samples: List[Dict[Config, List[float]]] = [{} for _ in groups]
+    for round_index in range(settings.rounds):
+        order = list(range(len(groups)))
+        rng.shuffle(order)
+        for index in order:
+            members = list(groups[index])
+            rng.shuffle(members)
+            for config in members:
+                started = time.monotonic()
+                value = measure_fn(config)
+                samples[index].setdefault(config, []).append(value)
+                logging.info(
+                    "round %d: %s: %.0f examples/s (%.0f s, load %.2f)",
+                    round_index,
+                    config.label(),
+                    value,
+                    time.monotonic() - started,
+                    common.load_average(),
+                )
+    return samples
+
+
+def _ratio(
+    samples: Dict[Config, List[float]], top: Config, bottom: Config, scale: float = 1.0
+) -> dict:
+    ratios = [r / scale for r in common.paired_ratios(samples[top], samples[bottom])]
+    return {"numerator": top.label(), "denominator": bottom.label(), **_summary(ratios)}
+
+
+def _run_record(samples: Sequence[Dict[Config, List[float]]]) -> List[dict]:
+    return [
+        {"label": c.label(), "config": dataclasses.asdict(c), **_summary(v)}
+        for group in samples
+        for c, v in group.items()
+    ]
+
+
+def alternatives(settings: Settings, measure_fn: Callable[[Config], float]) -> dict:
+    """The package against hand-written Estimator, Keras fit and Horovod, 2 workers."""
+    batches = (64,) if settings.quick else (64, 256)
+    groups = []
+    for batch in batches:
+        rivals = [Config("handwritten", workers=2, per_worker_batch=batch)]
+        if batch == 64:
+            rivals += [
+                Config("keras", workers=2, per_worker_batch=batch),
+                Config("keras", workers=2, per_worker_batch=batch, flags=KERAS_FASTEST),
+            ]
+        if settings.horovod_python:
+            rivals.append(Config("horovod", workers=2, per_worker_batch=batch))
+        groups.append([Config("package", workers=2, per_worker_batch=batch), *rivals])
+    samples = run_groups(groups, settings, measure_fn)
+    comparisons = []
+    for group, measured in zip(groups, samples):
+        package = group[0]
+        for rival in group[1:]:
+            variant = " (steps_per_execution=20)" if rival.flags else ""
+            comparisons.append(
+                {
+                    "name": f"package / {rival.contender}{variant}",
+                    "per_worker_batch": package.per_worker_batch,
+                    "target": TARGETS[f"package / {rival.contender}"],
+                    **_ratio(measured, package, rival),
+                }
+            )
+    return {"runs": _run_record(samples), "comparisons": comparisons}
+
+
+def scaling(settings: Settings, measure_fn: Callable[[Config], float]) -> dict:
+    """Weak and strong scaling over 1, 2 and 3 workers, per model and collective."""
+    weak_batch = {"mnist_cnn": 64, "resnet_cifar": 32}
+    models = ("mnist_cnn",) if settings.quick else ("mnist_cnn", "resnet_cifar")
+    communications = ("RING",) if settings.quick else ("RING", "AUTO")
+    workers = (1, 2, 3)
+    groups, keys = [], []
+    for model in models:
+        for communication in communications:
+            for mode in ("weak", "strong"):
+                batch = weak_batch[model]
+                group = [
+                    Config(
+                        model=model,
+                        workers=n,
+                        communication=communication,
+                        per_worker_batch=batch if mode == "weak" else batch * 3 // n,
+                    )
+                    for n in workers
+                ]
+                groups.append(group)
+                keys.append((model, communication, mode))
+    samples = run_groups(groups, settings, measure_fn)
+    curves = []
+    for (model, communication, mode), group, measured in zip(keys, groups, samples):
+        one = group[0]
+        curves.append(
+            {
+                "model": model,
+                "communication": communication,
+                "mode": mode,
+                "workers": [c.workers for c in group],
+                "global_batch": [c.global_batch for c in group],
+                "throughput": [_summary(measured[c]) for c in group],
+                "efficiency": [_ratio(measured, c, one, scale=c.workers) for c in group],
+            }
+        )
+    return {"runs": _run_record(samples), "curves": curves, "cores": len(os.sched_getaffinity(0))}
+
+
+def options(settings: Settings, measure_fn: Callable[[Config], float]) -> dict:
+    """2-worker efficiency (against 1 worker with the same options) of each option."""
+    names = QUICK_OPTIONS if settings.quick else tuple(OPTIONS)
+    groups = []
+    for name in names:
+        flags, fields, _ = OPTIONS[name]
+        groups.append([Config(workers=n, flags=flags, **fields) for n in (1, 2)])
+    samples = run_groups(groups, settings, measure_fn)
+    rows = []
+    defaults = common.summarize(samples[0][groups[0][1]])["median"]
+    for name, (one, two), measured in zip(names, groups, samples):
+        rows.append(
+            {
+                "option": name,
+                "update": OPTIONS[name][2],
+                "one_worker": _summary(measured[one]),
+                "two_workers": _summary(measured[two]),
+                "efficiency": _ratio(measured, two, one, scale=2),
+                "speed_vs_defaults": common.summarize(measured[two])["median"] / defaults,
+            }
+        )
+    return {
+        "runs": _run_record(samples),
+        "options": rows,
+        "target": TARGETS["efficiency, 2 workers"],
+    }
+
+
+def collectives(settings: Settings) -> dict:
+    """All-reduce seconds against size (2 workers; RING, AUTO, bfloat16), and the floor."""
+    sizes = allreduce.DEFAULT_SIZES[::2] if settings.quick else allreduce.DEFAULT_SIZES
+    variants = {"RING float32": ("RING", "float32", 2)}
+    if not settings.quick:
+        variants.update(
+            {
+                "AUTO float32": ("AUTO", "float32", 2),
+                "RING bfloat16": ("RING", "bfloat16", 2),
+                "RING float32, 3 workers": ("RING", "float32", 3),
+            }
+        )
+    seconds = 1.0 if settings.quick else 2.0
+    measured: Dict[str, List[Dict[int, float]]] = {name: [] for name in variants}
+    floors: List[Dict[int, float]] = []
+    for _ in range(settings.rounds):
+        floors.append(allreduce.measure_floor(sizes, seconds / 2, one_core_each(2)))
+        for name, (communication, dtype, workers) in variants.items():
+            measured[name].append(
+                allreduce.benchmark(sizes, workers, seconds, communication, dtype)
+            )
+
+    def per_size(rounds: List[Dict[int, float]]) -> List[Dict[str, Any]]:
+        return [_summary([r[size] for r in rounds]) for size in sizes]
+
+    return {
+        "sizes": list(sizes),
+        "bytes": [size * allreduce.FLOAT_BYTES for size in sizes],
+        "allreduce": {name: per_size(rounds) for name, rounds in measured.items()},
+        "floor": per_size(floors),
+    }
+
+
+_PHASES = re.compile(r"task (\S+) start-up ([\d.]+) s: (.*)$")
+_FIRST_STEP = re.compile(r"\[launcher\] first training step ([\d.]+) s after the launcher started")
+
+
+def parse_startup(output: str) -> dict:
+    """The launcher's time to the first step, and each task's phases, from its output."""
+    first = _FIRST_STEP.search(output)
+    tasks = {}
+    for line in output.splitlines():
+        match = _PHASES.search(line)
+        if match:
+            phases = dict(part.rsplit(" ", 2)[:2] for part in match.group(3).split(", "))
+            tasks[match.group(1)] = {
+                "total": float(match.group(2)),
+                "phases": {name: float(seconds) for name, seconds in phases.items()},
+            }
+    return {"first_step": float(first.group(1)) if first else None, "tasks": tasks}
+
+
+def startup(settings: Settings) -> dict:
+    """Seconds from the launcher's start to the first training step, 2 workers + evaluator.
+
+    The job is `make demo`'s, with its embedded dataset already written once,
+    as on every run after a user's first.
+    """
+    from input_fns import prepare_input
+
+    data_dir = tempfile.mkdtemp(prefix="bench-startup-data-")
+    prepare_input("digits", {"data_dir": data_dir})
+    runs = []
+    for _ in range(settings.rounds):
+        with tempfile.TemporaryDirectory(prefix="bench-startup-") as model_dir:
+            started = time.monotonic()
+            output = subprocess.run(
+                [
+                    *common.python_module("estimator_dist.launch"),
+                    "--num_workers=2",
+                    "--evaluator",
+                    "--timeout_secs=600",
+                    "--",
+                    f"--model_dir={model_dir}",
+                    f"--data_dir={data_dir}",
+                    "--train_steps=50",
+                    "--communication=RING",
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=900,
+                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+            ).stdout
+            runs.append({**parse_startup(output), "wall": time.monotonic() - started})
+    first_steps = [run["first_step"] for run in runs]
+    return {"runs": runs, "first_step": _summary(first_steps), "target": TARGETS["startup seconds"]}
+
+
+def input_throughput(settings: Settings) -> dict:
+    """`benchmarks.input_pipeline`'s figures, with settings scaled to the suite."""
+    rows = input_pipeline.benchmark(
+        examples=5000 if settings.quick else 10000,
+        seconds=4 if settings.quick else 6,
+        batch=64,
+        workers=2,
+        shards=8,
+        repeats=settings.rounds,
+    )
+    return {"rows": rows, "table": input_pipeline.format_rows(rows, 64, 2)}
+
+
+def machine() -> dict:
+    """What the figures were measured on."""
+    import tensorflow as tf
+
+    model = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            model = next(line.split(":", 1)[1].strip() for line in cpuinfo if "model name" in line)
+    except (OSError, StopIteration):
+        pass
+    return {
+        "cores": len(os.sched_getaffinity(0)),
+        "cpu": model,
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+        "platform": platform.platform(),
+    }
+
+
+def run_suite(
+    settings: Settings,
+    measure_fn: Optional[Callable[[Config], float]] = None,
+    on_section: Optional[Callable[[dict], None]] = None,
+) -> dict:
+    """Runs the chosen sections; returns every figure, with settings and machine.
+
+    Args:
+      settings: What to run.
+      measure_fn: Measures one config in examples/s; `contenders.measure` by default.
+      on_section: Called with the results so far after each section, to save
+        them before a long run ends.
+    """
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+    if measure_fn is None:
+
+        def measure_fn(config: Config) -> float:
+            return measure(config, settings.horovod_python)
+
+    results: Dict[str, Any] = {
+        "schema": common.SCHEMA,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "settings": dataclasses.asdict(settings),
+        "machine": machine(),
+        "command": " ".join([os.path.basename(sys.executable), "-m", "benchmarks", *sys.argv[1:]]),
+    }
+    sections = {
+        "alternatives": lambda: alternatives(settings, measure_fn),
+        "scaling": lambda: scaling(settings, measure_fn),
+        "options": lambda: options(settings, measure_fn),
+        "collectives": lambda: collectives(settings),
+        "startup": lambda: startup(settings),
+        "input": lambda: input_throughput(settings),
+    }
+    for name in settings.sections:
+        started = time.monotonic()
+        logging.info("section %s ...", name)
+        results[name] = sections[name]()
+        results[name]["seconds"] = time.monotonic() - started
+        logging.info("section %s done in %.0f s", name, results[name]["seconds"])
+        if on_section is not None:
+            on_section(results)
+    results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    return results
+
+
+def save(results: dict, path: str) -> None:
+    """Writes the results as JSON."""
+    with open(path, "w", encoding="utf-8") as stream:
+        json.dump(results, stream, indent=1, sort_keys=True)
+        stream.write("\n")

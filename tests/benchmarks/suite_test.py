@@ -1,0 +1,118 @@
+"""The suite's bookkeeping: settings, groups and pairing, start-up parsing, the report.
+
+Measurements are replaced by a function of the configuration, so these tests
+check what the suite does with figures, not the figures; the suite itself
+runs by hand (`make bench`), never in CI.
+"""
+
+import json
+import os
+import re
+
+import pytest
+
+from benchmarks import contenders, report
+from benchmarks.contenders import Config
+from benchmarks.suite import SECTIONS, Settings, parse_startup, run_groups, run_suite, save
+
+
+def fake_measure(config):
+    # One worker: 10,000 examples/s; each more worker adds 8,000 (efficiency 0.9),
+    # or 10,000 for separate jobs (efficiency 1).
+    base = 10_000 if config.model == "mnist_cnn" else 300
+    if config.contender == "independent":
+        return base * config.workers
+    return base * (1 + 0.8 * (config.workers - 1)) * (1.1 if config.contender == "package" else 1)
+
+
+def test_fail_with_unknown_section_or_no_rounds():
+    with pytest.raises(ValueError, match="unknown sections \\['bogus'\\]"):
+        Settings(sections=("bogus",))
+    with pytest.raises(ValueError, match="rounds must be at least 1"):
+        Settings(rounds=0)
+
+
+def test_every_config_gets_one_sample_per_round_in_round_order():
+    groups = [[Config(workers=1), Config(workers=2)], [Config(contender="handwritten")]]
+    calls = []
+    samples = run_groups(groups, Settings(rounds=3), lambda c: calls.append(c) or len(calls))
+    assert len(calls) == 9
+    assert [len(group) for group in samples] == [2, 1]
+    for group in samples:
+        for values in group.values():
+            assert len(values) == 3 and values == sorted(values)
+
+
+def test_a_config_in_two_groups_is_measured_in_each():
+    shared = Config(workers=3)
+    groups = [[Config(workers=1), shared], [Config(workers=2), shared]]
+    samples = run_groups(groups, Settings(rounds=2), lambda c: 1.0)
+    assert len(samples[0][shared]) == len(samples[1][shared]) == 2
+
+
+def test_group_members_run_back_to_back():
+    groups = [
+        [Config(workers=n) for n in (1, 2, 3)],
+        [Config(contender="keras", workers=n) for n in (1, 2)],
+    ]
+    calls = []
+    run_groups(groups, Settings(rounds=2, seed=5), lambda c: calls.append(c.contender) or 1.0)
+    runs = "".join("p" if c == "package" else "k" for c in calls)
+    assert re.fullmatch("(pppkk|kkppp){2}", runs), runs
+
+
+def test_parse_startup_reads_the_launcher_and_every_task():
+    output = "\n".join(
+        [
+            "[chief] I1123 startup.py:107] estimator_dist: task chief-0 start-up 9.8 s: "
+            "imports 4.3 s, pre-flight 1.3 s, first step 0.3 s",
+            "[worker-0] I1123 estimator_dist: task worker-0 start-up 9.5 s: imports 4.0 s",
+            "[launcher] first training step 12.4 s after the launcher started",
+        ]
+    )
+    parsed = parse_startup(output)
+    assert parsed["first_step"] == 12.4
+    assert parsed["tasks"]["chief-0"] == {
+        "total": 9.8,
+        "phases": {"imports": 4.3, "pre-flight": 1.3, "first step": 0.3},
+    }
+    assert parsed["tasks"]["worker-0"]["phases"] == {"imports": 4.0}
+
+
+def test_report_from_measured_sections_has_targets_tables_and_plots(tmp_path):
+    settings = Settings(sections=("alternatives", "scaling", "options"), rounds=2, quick=True)
+    saved = []
+    results = run_suite(settings, fake_measure, on_section=lambda r: saved.append(list(r)))
+    done = [[key for key in keys if key in SECTIONS] for keys in saved]
+    assert done == [
+        ["alternatives"],
+        ["alternatives", "scaling"],
+        ["alternatives", "scaling", "options"],
+    ]
+    path = str(tmp_path / "results.json")
+    save(results, path)
+    with open(path) as stream:
+        results = json.load(stream)
+    efficiency = results["scaling"]["curves"][0]["efficiency"]
+    assert [e["median"] for e in efficiency] == pytest.approx([1.0, 0.9, 0.8667], abs=1e-3)
+    comparison = results["alternatives"]["comparisons"][0]
+    assert comparison["name"] == "package / handwritten"
+    assert comparison["median"] == pytest.approx(1.1)
+    readme = report.write_report(results, str(tmp_path))
+    text = open(readme).read()
+    assert "| package / handwritten (throughput ratio), 2 workers x 64 | >= 0.98 | 1.10" in text
+    assert "| package / keras" in text
+    assert "weak-scaling efficiency, mnist_cnn, 2 workers x 64, defaults | >= 0.9 | 0.90" in text
+    # The separate jobs are the reference, never the best option.
+    assert "hardware limit | >=" not in text
+    assert "(the cores' own limit) | reference | 1.00" in text
+    assert os.path.exists(tmp_path / "scaling_mnist_cnn.png")
+    assert "![scaling_mnist_cnn.png](scaling_mnist_cnn.png)" in text
+
+
+def test_each_worker_gets_one_core_of_its_own_round_robin(monkeypatch):
+    monkeypatch.setattr(contenders, "allowed_cores", lambda: [4, 5, 6, 7])
+    assert contenders.one_core_each(1) == [{4}]
+    assert contenders.one_core_each(3) == [{4}, {5}, {6}]
+    monkeypatch.setattr(contenders, "allowed_cores", lambda: [0, 1])
+    assert contenders.one_core_each(3) == [{0}, {1}, {0}]
