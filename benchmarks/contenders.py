@@ -40,8 +40,8 @@ from estimator_dist.cpus import allowed_cores, split_cores
 
 CONTENDERS = ("package", "handwritten", "keras", "horovod", "independent")
 MODELS = {"mnist_cnn": "28x28x1", "resnet_cifar": "32x32x3"}
-#: Steps per run, and steps skipped before timing, per model (about 10 s timed).
-STEPS = {"mnist_cnn": (1500, 300), "resnet_cifar": (120, 30)}
+#: Steps per run, and steps skipped before timing, per model (about 8-10 s timed).
+STEPS = {"mnist_cnn": (1000, 200), "resnet_cifar": (80, 20)}
 #: Speed summaries (global_step/sec) written over the timed steps.
 SUMMARIES = 10
 

@@ -70,11 +70,6 @@ OPTIONS: Dict[str, Tuple[Tuple[Tuple[str, str], ...], Dict[str, Any], str]] = {
         {},
         "gradients rounded to bfloat16 (8 significant bits) and summed in it",
     ),
-    "gradient_accumulation_steps=4": (
-        (("gradient_accumulation_steps", "4"),),
-        {},
-        "one update per 4 micro-batches: effective global batch x4",
-    ),
     "gradient_accumulation_steps=8": (
         (("gradient_accumulation_steps", "8"),),
         {},
