@@ -1,6 +1,6 @@
 """Runs the benchmark suite and writes docs/benchmarks/ (results.json, README.md, plots).
 
-  python -m benchmarks                      # everything, 3 rounds (about 2 hours on 2 cores)
+  python -m benchmarks                      # everything, 3 rounds (about 2.5 hours on 2 cores)
   python -m benchmarks --quick --rounds=1   # a shorter check of the suite (about 15 minutes)
   python -m benchmarks --sections=collectives,startup
 
@@ -35,6 +35,12 @@ _OUTPUT = flags.DEFINE_string(
     "output", os.path.join(REPO, "docs", "benchmarks"), "Where results and report go."
 )
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the shuffled run order.")
+_SCALING_MODELS = flags.DEFINE_list(
+    "scaling_models", ["mnist_cnn", "resnet_cifar"], "Models of the scaling section."
+)
+_SCALING_COMMUNICATIONS = flags.DEFINE_list(
+    "scaling_communications", ["RING", "AUTO"], "Collectives of the scaling section."
+)
 
 
 def main(argv: Sequence[str]) -> None:
@@ -46,7 +52,13 @@ def main(argv: Sequence[str]) -> None:
         horovod = HOROVOD_PYTHON if os.path.exists(HOROVOD_PYTHON) else ""
     try:
         settings = Settings(
-            tuple(_SECTIONS.value), _ROUNDS.value, _QUICK.value, horovod, _SEED.value
+            tuple(_SECTIONS.value),
+            _ROUNDS.value,
+            _QUICK.value,
+            horovod,
+            _SEED.value,
+            tuple(_SCALING_MODELS.value),
+            tuple(c.upper() for c in _SCALING_COMMUNICATIONS.value),
         )
     except ValueError as error:
         raise app.UsageError(str(error), exitcode=2) from None

@@ -39,7 +39,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from absl import logging
 
 from benchmarks import allreduce, common, input_pipeline
-from benchmarks.contenders import Config, measure, one_core_each
+from benchmarks.contenders import MODELS, Config, measure, one_core_each
 
 SECTIONS = ("alternatives", "scaling", "options", "collectives", "startup", "input")
 #: Target ratios of issue 6.
@@ -109,6 +109,8 @@ class Settings:
       horovod_python: A Python with Horovod (Gloo) and this package; empty
         to leave Horovod out.
       seed: Seed of the shuffled run order.
+      scaling_models: Models of the scaling section.
+      scaling_communications: Collective implementations of the scaling section.
     """
 
     sections: Tuple[str, ...] = SECTIONS
@@ -116,6 +118,8 @@ class Settings:
     quick: bool = False
     horovod_python: str = ""
     seed: int = 0
+    scaling_models: Tuple[str, ...] = ("mnist_cnn", "resnet_cifar")
+    scaling_communications: Tuple[str, ...] = ("RING", "AUTO")
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.sections) - set(SECTIONS))
@@ -123,6 +127,18 @@ class Settings:
             raise ValueError(f"unknown sections {unknown}; valid: {', '.join(SECTIONS)}.")
         if self.rounds < 1:
             raise ValueError(f"rounds must be at least 1, received {self.rounds}.")
+        unknown = sorted(set(self.scaling_models) - set(MODELS))
+        if unknown or not self.scaling_models:
+            raise ValueError(
+                f"scaling models must be some of {', '.join(MODELS)}, received "
+                f"{list(self.scaling_models)}."
+            )
+        unknown = sorted(set(self.scaling_communications) - {"RING", "AUTO"})
+        if unknown or not self.scaling_communications:
+            raise ValueError(
+                f"scaling communications must be some of RING, AUTO, received "
+                f"{list(self.scaling_communications)}."
+            )
 
 
 def _summary(samples: Sequence[float]) -> Dict[str, Any]:
@@ -214,8 +230,10 @@ def alternatives(settings: Settings, measure_fn: Callable[[Config], float]) -> d
 def scaling(settings: Settings, measure_fn: Callable[[Config], float]) -> dict:
     """Weak and strong scaling over 1, 2 and 3 workers, per model and collective."""
     weak_batch = {"mnist_cnn": 64, "resnet_cifar": 32}
-    models = ("mnist_cnn",) if settings.quick else ("mnist_cnn", "resnet_cifar")
-    communications = ("RING",) if settings.quick else ("RING", "AUTO")
+    models = settings.scaling_models[:1] if settings.quick else settings.scaling_models
+    communications = (
+        settings.scaling_communications[:1] if settings.quick else settings.scaling_communications
+    )
     workers = (1, 2, 3)
     groups, keys = [], []
     for model in models:

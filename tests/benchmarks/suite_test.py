@@ -30,6 +30,10 @@ def test_fail_with_unknown_section_or_no_rounds():
         Settings(sections=("bogus",))
     with pytest.raises(ValueError, match="rounds must be at least 1"):
         Settings(rounds=0)
+    with pytest.raises(ValueError, match="scaling models must be some of mnist_cnn, resnet_cifar"):
+        Settings(scaling_models=("vgg",))
+    with pytest.raises(ValueError, match="scaling communications must be some of RING, AUTO"):
+        Settings(scaling_communications=("NCCL",))
 
 
 def test_every_config_gets_one_sample_per_round_in_round_order():
