@@ -25,7 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 from absl import app, flags
 
@@ -36,6 +36,11 @@ FLOAT_BYTES = 4
 #: 1 float to 4 Mi floats (16 MiB), in steps of 4x.
 DEFAULT_SIZES = tuple(4**i for i in range(12))
 MAX_CHAIN = 16
+CALIBRATION_RUNS = 3
+MIN_RUNS = 5
+MAX_RUNS = 100_000
+PEER_TIMEOUT_SECONDS = 120.0
+PEER_POLL_SECONDS = 0.05
 
 
 def measure_allreduce(
@@ -77,16 +82,62 @@ def measure_allreduce(
 
             reduced = strategy.experimental_local_results(strategy.run(replica_fn))[0]
             step = tf.reduce_sum(reduced[:1])
+            agree = _run_count_agreement(strategy)
             with tf.compat.v1.Session(server.target, config=config) as session:
                 session.run(step)
-                times = []
-                started = time.monotonic()
-                while time.monotonic() - started < seconds or len(times) < 5:
-                    begin = time.perf_counter()
-                    session.run(step)
-                    times.append((time.perf_counter() - begin) / chain)
+                times = [_timed(session, step) for _ in range(CALIBRATION_RUNS)]
+                runs = agree(session, seconds / statistics.median(times))
+                times = [_timed(session, step) / chain for _ in range(runs)]
         results[size] = statistics.median(times)
     return results
+
+
+def _timed(session: Any, fetch: Any) -> float:
+    begin = time.perf_counter()
+    session.run(fetch)
+    return time.perf_counter() - begin
+
+
+def _run_count_agreement(strategy: Any) -> Callable[[Any, float], int]:
+    """Adds to the current graph what makes every task time the same number of runs.
+
+    Each `session.run` of a collective needs its peer's matching run, so a
+    task that stopped after its own time budget would leave its peers
+    waiting for a run that never comes (a hang) or failing with "Socket
+    closed" when it exits. Every task proposes a count; all take the mean,
+    which the all-reduce makes identical on every task.
+
+    Returns:
+      `agree(session, proposed_runs)`, the agreed count of runs.
+    """
+    import tensorflow as tf
+
+    proposed = tf.compat.v1.placeholder(tf.float32, [])
+    total = strategy.reduce(
+        tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.identity(proposed)), axis=None
+    )
+    workers = strategy.num_replicas_in_sync
+
+    def agree(session: Any, runs: float) -> int:
+        mine = float(max(MIN_RUNS, min(MAX_RUNS, round(runs))))
+        return max(MIN_RUNS, round(session.run(total, {proposed: mine}) / workers))
+
+    return agree
+
+
+def _await_peers(outputs: Sequence[str], timeout: float) -> None:
+    """Returns once every worker has written its output.
+
+    A task whose last all-reduce has finished may still hold buffers its
+    peers have yet to fetch from its gRPC server; exiting then fails their
+    fetch with "Socket closed". A written output means that task is done.
+    """
+    deadline = time.monotonic() + timeout
+    while not all(os.path.exists(output) for output in outputs):
+        if time.monotonic() > deadline:
+            missing = [output for output in outputs if not os.path.exists(output)]
+            raise TimeoutError(f"peers did not finish within {timeout:.0f} s: {missing}")
+        time.sleep(PEER_POLL_SECONDS)
 
 
 def _receive(peer: socket.socket, buffer: memoryview) -> None:
@@ -156,7 +207,12 @@ def benchmark(
         f"--wire_dtype={wire_dtype}",
     ]
     commands = [
-        common.python_module("benchmarks.allreduce", *args, f"--child_output={output}")
+        common.python_module(
+            "benchmarks.allreduce",
+            *args,
+            f"--child_output={output}",
+            f"--child_peers={','.join(outputs)}",
+        )
         for output in outputs
     ]
     envs = [{"TF_CONFIG": tf_config} for tf_config in common.tf_configs(workers)]
@@ -174,6 +230,7 @@ def define_flags() -> None:
     flags.DEFINE_enum("communication", "RING", ["RING", "AUTO"], "Collectives.")
     flags.DEFINE_enum("wire_dtype", "float32", ["float32", "bfloat16"], "Values' dtype.")
     flags.DEFINE_string("child_output", None, "Internal: run as one worker; write here.")
+    flags.DEFINE_list("child_peers", [], "Internal: every worker's output; exit when all exist.")
 
 
 def main(argv: Sequence[str]) -> None:
@@ -184,8 +241,11 @@ def main(argv: Sequence[str]) -> None:
     sizes = [int(s) for s in f.sizes]
     if f.child_output:
         result = measure_allreduce(sizes, f.seconds, f.communication, f.wire_dtype)
-        with open(f.child_output, "w", encoding="utf-8") as stream:
+        partial = f.child_output + ".partial"
+        with open(partial, "w", encoding="utf-8") as stream:
             json.dump(result, stream)
+        os.replace(partial, f.child_output)
+        _await_peers(f.child_peers, PEER_TIMEOUT_SECONDS)
         return
     floor = measure_floor(sizes, f.seconds / 2, one_core_each(2))
     reduce = benchmark(sizes, f.workers, f.seconds, f.communication, f.wire_dtype)
