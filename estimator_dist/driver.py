@@ -49,6 +49,7 @@ from model_fns.optimizers import ACCUMULATION_STEPS
 from model_fns.optimizers import COLLECTION as ACCUMULATING_OPTIMIZERS
 from run_config.run_config import RunConfigOptions, make_run_config
 from run_config.strategies import Strategies, StrategyConfig, make_strategies
+from run_config.teardown import without_autotune
 
 #: Written by the evaluator (or a single process) after each evaluation.
 METRICS_FILE = "eval_metrics.json"
@@ -220,7 +221,10 @@ def bind_input_fn(input_fn: Callable, params: Mapping[str, Any]) -> Callable:
 
     Estimator passes `input_context` only to functions that declare it; a
     function without it gets its dataset auto-sharded by the strategy, so
-    the wrapper declares `input_context` exactly when `input_fn` does.
+    the wrapper declares `input_context` exactly when `input_fn` does. The
+    dataset it returns loses tf.data autotuning unless its options set it,
+    so that the session closes at once when training ends
+    (`run_config.teardown`).
 
     Args:
       input_fn: A function of any subset of `mode`, `input_context`, `params`.
@@ -239,7 +243,7 @@ def bind_input_fn(input_fn: Callable, params: Mapping[str, Any]) -> Callable:
             kwargs["input_context"] = input_context
         if "params" in accepted:
             kwargs["params"] = params
-        return input_fn(**kwargs)
+        return without_autotune(input_fn(**kwargs))
 
     if "input_context" in accepted:
 

@@ -36,6 +36,7 @@ from run_config.names import (
     STRATEGY_NAMES,
     WIRE_DTYPES,
 )
+from run_config.teardown import build_device_datasets_without_autotune
 from run_config.wire import send_gradients_as
 
 #: Logged when NCCL is requested on a task that has no GPU.
@@ -174,6 +175,8 @@ def get_strategy(
     """
     if num_gpus is None:
         num_gpus = count_gpus()
+    if config.name in (MULTI_WORKER_MIRRORED, MIRRORED):
+        build_device_datasets_without_autotune()
     if config.name == MULTI_WORKER_MIRRORED:
         implementation = config.communication
         if implementation == "NCCL" and num_gpus == 0:
