@@ -16,6 +16,9 @@ thread for training, as in FACTS.md:
 4. the same with `cache=true`: records are read and checked in the first
    epoch only.
 
+Each input_fn runs as the package hands it to Estimator (`bind_input_fn`:
+tf.data autotuning off, see `run_config.teardown`).
+
 The pipeline can feed training when (1) / (2) is above 1; (3) / (2) then
 shows what the pipeline's CPU time costs training when both share one core.
 The model is `resnet_cifar` for 32x32x3 when it is registered, otherwise
@@ -60,10 +63,11 @@ def write_data(directory: str, shape: tuple, count: int, shards: int) -> str:
 
 def measure_input(params: dict, workers: int, seconds: float) -> float:
     """Examples/s that worker 0's tfrecord input_fn delivers."""
+    from estimator_dist.driver import bind_input_fn
     from input_fns import tfrecord
 
     context = tf.distribute.InputContext(workers, 0, workers)
-    batches = iter(tfrecord.input_fn(tf.estimator.ModeKeys.TRAIN, context, params))
+    batches = iter(bind_input_fn(tfrecord.input_fn, params)(tf.estimator.ModeKeys.TRAIN, context))
     for _ in range(WARMUP_STEPS):
         next(batches)
     count, started = 0, time.monotonic()
@@ -99,11 +103,12 @@ class StepTimer(tf.estimator.SessionRunHook):
 
 def measure_training(model: str, input_name: str, params: dict, seconds: float) -> float:
     """Examples/s one Estimator worker trains at, after a warm-up, with 1+1 threads."""
+    from estimator_dist.driver import bind_input_fn
     from input_fns import INPUT_FNS
     from model_fns import MODEL_FNS
 
     tf.compat.v1.disable_eager_execution()
-    input_fn = INPUT_FNS.get(input_name)
+    input_fn = bind_input_fn(INPUT_FNS.get(input_name), params)
     session = tf.compat.v1.ConfigProto(
         intra_op_parallelism_threads=1, inter_op_parallelism_threads=1
     )
@@ -119,11 +124,7 @@ def measure_training(model: str, input_name: str, params: dict, seconds: float) 
             MODEL_FNS.get(model), config=config, params={"batch_size": params["batch_size"]}
         )
         timer = StepTimer(seconds)
-        estimator.train(
-            lambda mode, input_context=None: input_fn(mode, input_context, params),
-            steps=10**9,
-            hooks=[timer],
-        )
+        estimator.train(input_fn, steps=10**9, hooks=[timer])
     return timer.rate(params["batch_size"])
 
 
