@@ -1,7 +1,7 @@
 # The two commands of README.md. Each creates .venv with pinned packages on first use.
 #   make demo   2 workers + an evaluator on the embedded digits dataset, prints the metrics
 #   make test   the test suite (what .ci/run runs)
-# And the benchmark suite (not part of the tests; about 2.5 hours on 2 cores):
+# And the benchmark suite (not part of the tests; about 1.7 hours on 2 cores):
 #   make bench  writes docs/benchmarks/ (BENCH_ARGS=--quick for a short check)
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3.10 || command -v python3.9)

@@ -1,6 +1,6 @@
 """Runs the benchmark suite and writes docs/benchmarks/ (results.json, README.md, plots).
 
-  python -m benchmarks                      # everything, 3 rounds (about 2.5 hours on 2 cores)
+  python -m benchmarks                      # everything, 3 rounds (about 1.7 hours on 2 cores)
   python -m benchmarks --quick --rounds=1   # a shorter check of the suite (about 15 minutes)
   python -m benchmarks --sections=collectives,startup
 
