@@ -198,7 +198,18 @@ def benchmark(
     wire_dtype: str = "float32",
 ) -> Dict[int, float]:
     """Seconds per all-reduce of each size on a fresh cluster of `workers` processes."""
-    log_dir = tempfile.mkdtemp(prefix="allreduce-")
+    with tempfile.TemporaryDirectory(prefix="allreduce-") as log_dir:
+        return _benchmark_in(log_dir, sizes, workers, seconds, communication, wire_dtype)
+
+
+def _benchmark_in(
+    log_dir: str,
+    sizes: Sequence[int],
+    workers: int,
+    seconds: float,
+    communication: str,
+    wire_dtype: str,
+) -> Dict[int, float]:
     outputs = [os.path.join(log_dir, f"result-{i}.json") for i in range(workers)]
     args = [
         f"--sizes={','.join(map(str, sizes))}",

@@ -168,10 +168,17 @@ def _package_args(config: Config, model_dir: str, steps: int, warmup: int) -> Li
 def measure(config: Config, horovod_python: str = "", timeout: float = 900) -> float:
     """Runs `config` once; returns global examples per second.
 
+    Its checkpoints and logs live in a temporary directory, removed afterwards
+    (a failure's message carries the logs' tails).
+
     Raises:
       BenchmarkError: if a process fails or the time runs out.
     """
-    directory = tempfile.mkdtemp(prefix="bench-")
+    with tempfile.TemporaryDirectory(prefix="bench-") as directory:
+        return _measure_in(directory, config, horovod_python, timeout)
+
+
+def _measure_in(directory: str, config: Config, horovod_python: str, timeout: float) -> float:
     model_dir = os.path.join(directory, "model")
     steps, warmup = config.steps()
     cores = one_core_each(config.workers) if config.pin else [None] * config.workers

@@ -9,6 +9,8 @@ the timeout) or failing with "Socket closed".
 """
 
 import json
+import os
+import tempfile
 
 from benchmarks import allreduce, common
 
@@ -38,11 +40,14 @@ def test_workers_with_different_budgets_agree_and_both_finish(tmp_path):
         assert all(0 < value < 1 for value in seconds.values())
 
 
-def test_benchmark_returns_the_chiefs_time_per_size():
+def test_benchmark_returns_the_chiefs_time_per_size_and_leaves_no_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
     seconds = allreduce.benchmark([1, 1024], workers=2, seconds=0.2)
 
     assert sorted(seconds) == [1, 1024]
     assert all(0 < value < 1 for value in seconds.values())
+    assert os.listdir(tmp_path) == []
 
 
 def test_floor_copies_each_size_over_loopback():
