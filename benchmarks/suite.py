@@ -54,6 +54,8 @@ TARGETS = {
 HARDWARE_LIMIT = "hardware limit"
 #: 8 x 64 examples per worker in one step: what fewer synchronisations per example give.
 LARGER_BATCH = "per_worker_batch=512"
+#: 8 micro-batches of 64 per worker within one step: accumulation without per-slice steps.
+MICRO_BATCHES_8 = "micro_batches=8 (8 x 64 per step)"
 #: Rows of the options section that are references, not options at 64 per worker.
 REFERENCES = (HARDWARE_LIMIT, LARGER_BATCH)
 #: Options measured for 2-worker efficiency, with what each changes in the update.
@@ -84,6 +86,17 @@ OPTIONS: Dict[str, Tuple[Tuple[Tuple[str, str], ...], Dict[str, Any], str]] = {
         {},
         "both of the above",
     ),
+    MICRO_BATCHES_8: (
+        (("micro_batches", "8"),),
+        {"per_worker_batch": 512, "steps_factor": 0.25},
+        "one update per 8 micro-batches of 64, run one after another within one step: "
+        "effective global batch x8",
+    ),
+    "bfloat16 + micro_batches 8": (
+        (("gradient_wire_dtype", "bfloat16"), ("micro_batches", "8")),
+        {"per_worker_batch": 512, "steps_factor": 0.25},
+        "gradients rounded to bfloat16, 8 micro-batches of 64 per step: effective global batch x8",
+    ),
     "onednn off": ((), {"onednn": False}, "none (Eigen kernels: slower compute)"),
     "not pinned": ((), {"pin": False}, "none (workers float over all cores)"),
     LARGER_BATCH: (
@@ -104,6 +117,7 @@ QUICK_OPTIONS = (
     "defaults",
     "gradient_wire_dtype=bfloat16",
     "gradient_accumulation_steps=8",
+    MICRO_BATCHES_8,
     LARGER_BATCH,
     HARDWARE_LIMIT,
 )

@@ -45,7 +45,7 @@ from estimator_dist.startup import Startup
 from estimator_dist.watchdog import EvaluatorWatchdog, Watchdog
 from input_fns import INPUT_FNS, bad_data, prepare_input
 from model_fns import ESTIMATORS, KERAS_MODELS, MODEL_FNS
-from model_fns.optimizers import ACCUMULATION_STEPS
+from model_fns.optimizers import ACCUMULATION_STEPS, MICRO_BATCH_COLLECTION, MICRO_BATCHES
 from model_fns.optimizers import COLLECTION as ACCUMULATING_OPTIMIZERS
 from run_config.run_config import RunConfigOptions, make_run_config
 from run_config.strategies import Strategies, StrategyConfig, make_strategies
@@ -97,6 +97,12 @@ class JobConfig:
         model's optimizer must be wrapped with
         `model_fns.optimizers.with_gradient_accumulation`, as the shipped
         model_fns do; the dry run refuses a model_fn that does not.
+      micro_batches: Slices of each replica's batch computed one after
+        another within a step, whose mean gradient makes the step's update:
+        the update of the whole batch with one slice's activation memory.
+        The model_fn must build its update with
+        `model_fns.optimizers.minimize_in_micro_batches` (`mnist_cnn` does);
+        the dry run refuses a model_fn that does not.
       learning_rate: Passed to the model as `params["learning_rate"]`.
       data_dir: Dataset directory passed to the input_fn.
       seed: Seed for weight initialisation (graph seed) and data shuffling.
@@ -125,6 +131,7 @@ class JobConfig:
     eval_steps: Optional[int] = None
     batch_size: int = 64
     gradient_accumulation_steps: int = 1
+    micro_batches: int = 1
     learning_rate: float = 0.001
     data_dir: Optional[str] = None
     seed: Optional[int] = 0
@@ -176,19 +183,17 @@ class JobConfig:
             raise UsageError(f"eval_steps must be at least 1 or None, received {self.eval_steps}.")
         if self.batch_size < 1:
             raise UsageError(f"batch_size must be at least 1, received {self.batch_size}.")
-        if self.gradient_accumulation_steps < 1:
-            raise UsageError(
-                f"gradient_accumulation_steps must be at least 1, received "
-                f"{self.gradient_accumulation_steps}."
-            )
-        if self.gradient_accumulation_steps > 1 and (self.keras_model or self.estimator):
-            raise UsageError(
-                f"--gradient_accumulation_steps={self.gradient_accumulation_steps} needs a "
-                "model_fn whose optimizer is wrapped with "
-                "model_fns.optimizers.with_gradient_accumulation; --keras_model and "
-                "--estimator build their optimizers inside TensorFlow. Use --model_fn, or "
-                "--gradient_accumulation_steps=1."
-            )
+        for name in ("gradient_accumulation_steps", "micro_batches"):
+            value = getattr(self, name)
+            if value < 1:
+                raise UsageError(f"{name} must be at least 1, received {value}.")
+            if value > 1 and (self.keras_model or self.estimator):
+                raise UsageError(
+                    f"--{name}={value} needs a model_fn that builds its update with "
+                    "model_fns.optimizers; --keras_model and --estimator build their "
+                    f"optimizers inside TensorFlow. Use --model_fn, or --{name}=1."
+                )
+        check_micro_batches(self.batch_size, self.micro_batches, 1)
         if self.learning_rate <= 0:
             raise UsageError(f"learning_rate must be positive, received {self.learning_rate}.")
         if self.eval_throttle_secs < 0:
@@ -209,6 +214,7 @@ class JobConfig:
             **self.params,
             **{name: getattr(self, name) for name in _FLAG_PARAMS},
             ACCUMULATION_STEPS: self.gradient_accumulation_steps,
+            MICRO_BATCHES: self.micro_batches,
         }
 
     def to_dict(self) -> dict:
@@ -373,6 +379,8 @@ def make_run_record(
         "per_replica_batch_size": per_replica,
         "gradient_accumulation_steps": job.gradient_accumulation_steps,
         "effective_global_batch_size": job.batch_size * job.gradient_accumulation_steps,
+        "micro_batches": job.micro_batches,
+        "per_replica_micro_batch_size": per_replica // job.micro_batches,
         "bytes_per_pack": job.strategy.bytes_per_pack,
         "gradient_wire_dtype": job.strategy.gradient_wire_dtype,
         "onednn": onednn_enabled(),
@@ -394,6 +402,24 @@ def _check_batch(job: JobConfig, num_replicas: int, cluster: ClusterConfig) -> N
             f"--batch_size={job.batch_size} is the global batch and must divide evenly "
             f"over the {num_replicas} replicas ({cluster.num_workers} worker(s)); use a "
             f"multiple of {num_replicas}, such as {lower} or {lower + num_replicas}."
+        )
+    check_micro_batches(job.batch_size, job.micro_batches, num_replicas)
+
+
+def check_micro_batches(batch_size: int, micro_batches: int, num_replicas: int) -> None:
+    """Refuses a `--micro_batches` that does not divide each replica's batch.
+
+    Raises:
+      UsageError: naming the per-replica batch and batch sizes that work.
+    """
+    unit = num_replicas * micro_batches
+    if batch_size % unit:
+        lower = max(unit, batch_size - batch_size % unit)
+        raise UsageError(
+            f"--micro_batches={micro_batches} must divide each replica's batch: "
+            f"--batch_size={batch_size} over {num_replicas} replica(s) gives "
+            f"{batch_size / num_replicas:g} per replica. Use a --batch_size that is a multiple "
+            f"of {unit}, such as {lower} or {lower + unit}, or fewer micro-batches."
         )
 
 
@@ -448,7 +474,7 @@ def dry_run_model_fn(model_fn: Callable, input_fn: Callable, params: Mapping[str
 
 
 def _check_accumulation(job: JobConfig, graph: tf.Graph) -> None:
-    """Refuses accumulation that the model_fn's training graph would silently skip."""
+    """Refuses accumulation or micro-batches that the model_fn's graph would silently skip."""
     steps = job.gradient_accumulation_steps
     if steps > 1 and not graph.get_collection(ACCUMULATING_OPTIMIZERS):
         raise UsageError(
@@ -456,6 +482,13 @@ def _check_accumulation(job: JobConfig, graph: tf.Graph) -> None:
             "its gradients directly, so every step would all-reduce and update as if it were "
             "1. Wrap its optimizer: `optimizer = model_fns.optimizers.with_gradient_accumulation("
             "optimizer, params)`, or pass --gradient_accumulation_steps=1."
+        )
+    if job.micro_batches > 1 and not graph.get_collection(MICRO_BATCH_COLLECTION):
+        raise UsageError(
+            f"--micro_batches={job.micro_batches}, but the model_fn {job.model_fn} computes "
+            "each batch whole. Build its update with `loss, train_op = model_fns.optimizers."
+            "minimize_in_micro_batches(optimizer, loss_fn, features, labels, "
+            "params['micro_batches'], global_step)`, or pass --micro_batches=1."
         )
 
 
@@ -605,6 +638,7 @@ def job_view(job: JobConfig, cluster: ClusterConfig) -> dict:
         "train_steps": job.train_steps,
         "batch_size": job.batch_size,
         "gradient_accumulation_steps": job.gradient_accumulation_steps,
+        "micro_batches": job.micro_batches,
         "model": job.keras_model or job.estimator or job.model_fn,
         "input_fn": job.input_fn,
         "params": job.to_dict()["params"],

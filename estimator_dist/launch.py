@@ -373,6 +373,7 @@ def main(argv: Sequence[str]) -> int:
                 f"--batch_size={job.batch_size} is the global batch and must divide evenly "
                 f"over --num_workers={_NUM_WORKERS.value} workers."
             )
+        driver.check_micro_batches(job.batch_size, job.micro_batches, _NUM_WORKERS.value)
         checked = driver.preflight(job, _NUM_WORKERS.value)
     except UsageError as error:
         train.usage_exit(PROGRAM, str(error))

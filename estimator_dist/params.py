@@ -52,8 +52,9 @@ INPUT_KEYS = frozenset(
 )
 
 #: Keys the driver puts into every model's `params` from its own flags
-#: (`--gradient_accumulation_steps`); model functions may read or ignore them.
-JOB_KEYS = frozenset({"gradient_accumulation_steps"})
+#: (`--gradient_accumulation_steps`, `--micro_batches`); model functions may read
+#: or ignore them.
+JOB_KEYS = frozenset({"gradient_accumulation_steps", "micro_batches"})
 
 P = TypeVar("P")
 

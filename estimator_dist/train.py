@@ -117,6 +117,15 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         lower_bound=1,
         flag_values=f,
     )
+    flags.DEFINE_integer(
+        "micro_batches",
+        1,
+        "Split each replica's batch into this many micro-batches computed one after another "
+        "in the step, and apply their mean gradient once: the same update as the whole "
+        "batch, with one micro-batch's activation memory. Must divide the per-replica batch.",
+        lower_bound=1,
+        flag_values=f,
+    )
     flags.DEFINE_float("learning_rate", 0.001, "Learning rate.", lower_bound=0.0, flag_values=f)
     flags.DEFINE_enum(
         "distribution_strategy",
@@ -302,6 +311,7 @@ def job_from_flags(f: flags.FlagValues = flags.FLAGS) -> JobConfig:
             seed=f.seed,
             params=parse_params_flag(f.params),
             gradient_accumulation_steps=f.gradient_accumulation_steps,
+            micro_batches=f.micro_batches,
             strategy=StrategyConfig(
                 f.distribution_strategy,
                 f.communication,

@@ -22,7 +22,11 @@ from typing import Any, Mapping, Optional
 import tensorflow as tf
 
 from estimator_dist.params import from_params
-from model_fns.optimizers import with_gradient_accumulation
+from model_fns.optimizers import (
+    micro_batches,
+    minimize_in_micro_batches,
+    with_gradient_accumulation,
+)
 
 OPTIMIZERS = ("adam", "sgd", "momentum")
 
@@ -108,7 +112,9 @@ def model_fn(
         image tensor itself.
       labels: int [batch] class ids; None in PREDICT mode.
       mode: A `tf.estimator.ModeKeys` value.
-      params: Hyper-parameters, see `CnnParams`.
+      params: Hyper-parameters, see `CnnParams`; the driver's
+        `gradient_accumulation_steps` and `micro_batches` are honoured
+        (`model_fns.optimizers`).
 
     Returns:
       The `EstimatorSpec` for `mode`; PREDICT carries a `serving_default`
@@ -116,7 +122,21 @@ def model_fn(
     """
     hparams = from_params(CnnParams, params, "mnist_cnn")
     images = features["image"] if isinstance(features, Mapping) else features
-    logits = build_layers(hparams)(images, training=mode == tf.estimator.ModeKeys.TRAIN)
+    network = build_layers(hparams)
+    if mode == tf.estimator.ModeKeys.TRAIN:
+        optimizer = with_gradient_accumulation(
+            make_optimizer(hparams.optimizer, hparams.learning_rate), params
+        )
+        loss, train_op = minimize_in_micro_batches(
+            optimizer,
+            lambda images, labels: _mean_loss(network(images, training=True), labels),
+            images,
+            _class_ids(labels),
+            micro_batches(params),
+            tf.compat.v1.train.get_or_create_global_step(),
+        )
+        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+    logits = network(images, training=False)
     class_ids = tf.argmax(logits, axis=1)
     predictions = {
         "class_ids": class_ids,
@@ -129,15 +149,18 @@ def model_fn(
             predictions=predictions,
             export_outputs={"serving_default": tf.estimator.export.PredictOutput(predictions)},
         )
-    labels = tf.cast(tf.reshape(labels, [-1]), tf.int32)
-    loss = tf.reduce_mean(
+    labels = _class_ids(labels)
+    accuracy = tf.compat.v1.metrics.accuracy(labels=labels, predictions=class_ids)
+    return tf.estimator.EstimatorSpec(
+        mode, loss=_mean_loss(logits, labels), eval_metric_ops={"accuracy": accuracy}
+    )
+
+
+def _class_ids(labels: tf.Tensor) -> tf.Tensor:
+    return tf.cast(tf.reshape(labels, [-1]), tf.int32)
+
+
+def _mean_loss(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+    return tf.reduce_mean(
         tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
     )
-    if mode == tf.estimator.ModeKeys.EVAL:
-        accuracy = tf.compat.v1.metrics.accuracy(labels=labels, predictions=class_ids)
-        return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops={"accuracy": accuracy})
-    optimizer = with_gradient_accumulation(
-        make_optimizer(hparams.optimizer, hparams.learning_rate), params
-    )
-    train_op = optimizer.minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())
-    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)

@@ -1,31 +1,50 @@
-"""Local gradient accumulation: one all-reduce every k steps instead of every step.
+"""Gradients of several micro-batches per update: within one step, or across steps.
 
+Both make one update from the mean gradient of k micro-batches, which equals
+the update of one k times larger batch when the loss is a mean over examples
+(batch norm and dropout, which work per micro-batch, excepted).
+
+**Within one step** (`--micro_batches=k`): `minimize_in_micro_batches`
+splits each replica's batch into k micro-batches whose forward and backward
+passes run one after another, sums their gradients as they come, and applies
+the mean once. The global batch stays `--batch_size`; what changes is memory:
+only one micro-batch's activations are alive at a time, so a per-worker batch
+k times larger than what fits runs anyway. Each step still makes one gradient
+all-reduce and one loss all-reduce, now per k micro-batches:
+
+  >>> import tensorflow as tf
+  >>> graph = tf.Graph()
+  >>> with graph.as_default():
+  ...     w = tf.compat.v1.Variable(1.0)
+  ...     loss, train_op = minimize_in_micro_batches(
+  ...         tf.compat.v1.train.GradientDescentOptimizer(0.1),
+  ...         lambda x, y: tf.reduce_mean((w * x - y) ** 2),
+  ...         tf.ones([8]), tf.zeros([8]), micro_batches=4)
+
+**Across steps** (`--gradient_accumulation_steps=k`):
 `with_gradient_accumulation(optimizer, params)` wraps a `tf.compat.v1.train`
-optimizer when `params["gradient_accumulation_steps"]` (the driver's
-`--gradient_accumulation_steps`, k) is above 1. Each training step then runs
-the forward and backward pass of one micro-batch and adds its gradients to
-per-worker accumulators; every k-th step the mean of the k accumulated
-gradients is all-reduced across workers, in one collective, applied once by
-the wrapped optimizer, and the accumulators are reset. Between those steps
-nothing crosses the network but Estimator's small loss all-reduce.
+optimizer, so it works in any model_fn. Each training step runs the forward
+and backward pass of one micro-batch and adds its gradients to per-worker
+accumulators; every k-th step the mean of the k accumulated gradients is
+all-reduced across workers, in one collective, applied once by the wrapped
+optimizer, and the accumulators are reset. What it changes:
 
-What it changes in the math:
-
-* one update uses k micro-batches: the **effective global batch is k times
-  `--batch_size`**, and the update equals one step of the wrapped optimizer
-  on that whole batch (mean loss), exactly as with a k times larger batch
-  when the loss is a mean over examples (batch norm and dropout, which work
-  per micro-batch, excepted);
+* one update uses k steps' batches: the **effective global batch is k times
+  `--batch_size`**;
 * the global step counts updates, so `--train_steps` updates read k times
   as many examples; checkpoints are written after an update, when the
   accumulators are empty, and the accumulators are not saved;
 * a learning rate tuned for `--batch_size` may need scaling for the k times
-  larger effective batch (`resnet_cifar` scales its own).
+  larger effective batch (`resnet_cifar` scales its own);
+* every micro-batch is still a session step, with Estimator's loss
+  all-reduce keeping the workers in lockstep: on the 2-core benchmark
+  machine that per-step synchronisation, not the gradient all-reduce, was
+  most of the 2-worker overhead, and k = 8 measured no faster than k = 1.
+  For speed, prefer a larger per-worker batch, with `--micro_batches` if it
+  does not fit.
 
-Use it in a `model_fn` in place of the bare optimizer; with k = 1 it returns
-the optimizer unchanged:
+With k = 1 it returns the optimizer unchanged:
 
-  >>> import tensorflow as tf
   >>> optimizer = with_gradient_accumulation(
   ...     tf.compat.v1.train.GradientDescentOptimizer(0.1), {"gradient_accumulation_steps": 1})
   >>> type(optimizer).__name__
@@ -34,13 +53,18 @@ the optimizer unchanged:
 
 from __future__ import annotations
 
-from typing import Any, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 import tensorflow as tf
 from tensorflow.python.distribute import values as value_lib
 
 #: The params key the driver sets from `--gradient_accumulation_steps`.
 ACCUMULATION_STEPS = "gradient_accumulation_steps"
+#: The params key the driver sets from `--micro_batches`.
+MICRO_BATCHES = "micro_batches"
+#: Graph collection that records every micro-batched update built; the driver
+#: checks it to refuse `--micro_batches` a model_fn would silently ignore.
+MICRO_BATCH_COLLECTION = "estimator_dist_micro_batches"
 #: Graph collection that records every accumulating optimizer built; the
 #: driver checks it to refuse accumulation a model_fn would silently ignore.
 COLLECTION = "estimator_dist_gradient_accumulation"
@@ -49,6 +73,85 @@ COLLECTION = "estimator_dist_gradient_accumulation"
 def accumulation_steps(params: Optional[Mapping[str, Any]]) -> int:
     """Returns k, the micro-batches per update that `params` asks for (1 if none)."""
     return int((params or {}).get(ACCUMULATION_STEPS, 1))
+
+
+def micro_batches(params: Optional[Mapping[str, Any]]) -> int:
+    """Returns k, the micro-batches per step that `params` asks for (1 if none)."""
+    return int((params or {}).get(MICRO_BATCHES, 1))
+
+
+def _split(value: Any, parts: int) -> List[Any]:
+    """Splits every tensor of the nest `value` into `parts` along its first axis."""
+    tensors = tf.nest.flatten(value)
+    for tensor in tensors:
+        rows = tensor.shape[0] if tensor.shape.rank else None
+        if rows is not None and rows % parts:
+            raise ValueError(
+                f"--micro_batches={parts} must divide each replica's batch, which has {rows} "
+                f"examples ({tensor.name}); use a --batch_size of a multiple of "
+                f"{parts} x the number of replicas."
+            )
+    pieces = [tf.split(tensor, parts, axis=0) for tensor in tensors]
+    return [tf.nest.pack_sequence_as(value, [p[i] for p in pieces]) for i in range(parts)]
+
+
+def minimize_in_micro_batches(
+    optimizer: tf.compat.v1.train.Optimizer,
+    loss_fn: Callable[[Any, Any], tf.Tensor],
+    features: Any,
+    labels: Any,
+    micro_batches: int,
+    global_step: Optional[tf.Variable] = None,
+) -> Tuple[tf.Tensor, tf.Operation]:
+    """One update from `micro_batches` slices of the batch, computed one after another.
+
+    Args:
+      optimizer: A `tf.compat.v1.train` optimizer (possibly wrapped by
+        `with_gradient_accumulation`); its `compute_gradients` scales the
+        loss by 1/replicas under a strategy, as `minimize` does.
+      loss_fn: `(features, labels) -> scalar mean loss` of one micro-batch;
+        it must reuse the model's layers, so that every call shares weights.
+      features: The batch's features (a tensor or a nest of tensors).
+      labels: The batch's labels (a tensor or a nest of tensors).
+      micro_batches: k; 1 computes the whole batch at once.
+      global_step: Incremented by the update.
+
+    Returns:
+      `(loss, train_op)`: the mean of the micro-batches' losses, and the op
+      that applies the mean of their gradients.
+
+    Raises:
+      ValueError: if k is below 1 or does not divide the batch's known size.
+    """
+    if micro_batches < 1:
+        raise ValueError(f"micro_batches must be at least 1, received {micro_batches}.")
+    if micro_batches == 1:
+        loss = loss_fn(features, labels)
+        return loss, optimizer.minimize(loss, global_step=global_step)
+    tf.compat.v1.add_to_collection(MICRO_BATCH_COLLECTION, tf.constant(micro_batches))
+    losses, sums, variables = [], None, None
+    for part_features, part_labels in zip(
+        _split(features, micro_batches), _split(labels, micro_batches)
+    ):
+        # The next micro-batch starts once this one's gradients are summed, so
+        # only one micro-batch's activations are alive at a time.
+        with tf.control_dependencies(sums or []):
+            part_features, part_labels = tf.nest.map_structure(
+                tf.identity, (part_features, part_labels)
+            )
+            loss = loss_fn(part_features, part_labels)
+            pairs = [(g, v) for g, v in optimizer.compute_gradients(loss) if g is not None]
+        if not pairs:
+            raise ValueError("no variable has a gradient; check the loss of loss_fn.")
+        if variables is None:
+            variables = [v for _, v in pairs]
+            sums = [tf.convert_to_tensor(g) for g, _ in pairs]
+        else:
+            sums = [total + tf.convert_to_tensor(g) for total, (g, _) in zip(sums, pairs)]
+        losses.append(loss)
+    means = [total / micro_batches for total in sums]
+    train_op = optimizer.apply_gradients(list(zip(means, variables)), global_step=global_step)
+    return tf.add_n(losses) / micro_batches, train_op
 
 
 def with_gradient_accumulation(

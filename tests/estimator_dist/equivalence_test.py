@@ -57,7 +57,12 @@ CASES = {
         args=[*DIGITS, "--params=optimizer=sgd"],
         global_batch=32,
         steps=20,
-        variants={"accumulation": ACCUMULATION, "bfloat16": ["--gradient_wire_dtype=bfloat16"]},
+        variants={
+            "accumulation": ACCUMULATION,
+            # Each worker's 16 examples in 2 slices of 8, one after another.
+            "micro_batches": ["--micro_batches=2"],
+            "bfloat16": ["--gradient_wire_dtype=bfloat16"],
+        },
     ),
     "keras_mnist_cnn": dict(
         communications=RING_ONLY,
@@ -181,6 +186,14 @@ def test_accumulated_micro_batches_make_one_update_of_the_effective_batch(compar
     assert record["gradient_accumulation_steps"] == 2
     assert record["effective_global_batch_size"] == 32  # the one-worker batch it equals
     assert record["per_replica_batch_size"] == 8
+
+
+def test_micro_batches_split_each_replicas_batch_within_the_step(compare):
+    run = compare("mnist_cnn").runs["micro_batches"]
+    record = run.json("run_record.json")
+    assert record["micro_batches"] == 2
+    assert record["global_batch_size"] == record["effective_global_batch_size"] == 32
+    assert (record["per_replica_batch_size"], record["per_replica_micro_batch_size"]) == (16, 8)
 
 
 def test_bfloat16_gradients_on_the_wire_are_rounded_but_train_alike(compare):

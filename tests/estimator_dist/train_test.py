@@ -101,6 +101,22 @@ def test_malformed_tf_config_exits_2(tmp_path, tf_config, fragment):
             ],
             ["--gradient_accumulation_steps=4", "applies its gradients directly", "with_gradient_"],
         ),
+        (
+            ["--micro_batches=2", "--keras_model=mnist_cnn"],
+            ["--micro_batches=2 needs a model_fn", "Use --model_fn, or --micro_batches=1"],
+        ),
+        (
+            [
+                "--micro_batches=2",
+                "--model_fn=examples.legacy_estimator.model:model_fn",
+                "--input_fn=examples.legacy_estimator.model:input_fn",
+            ],
+            ["--micro_batches=2", "computes each batch whole", "minimize_in_micro_batches"],
+        ),
+        (
+            ["--micro_batches=3", "--batch_size=64"],
+            ["--micro_batches=3 must divide", "--batch_size=64", "such as 63 or 66"],
+        ),
     ],
 )
 def test_fail_with_bad_flags(tmp_path, data_dir, args, fragments):

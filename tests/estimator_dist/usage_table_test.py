@@ -53,6 +53,8 @@ FLAG_CASES = [
     ["--bytes_per_pack=-1"],
     ["--gradient_wire_dtype=int8"],
     ["--gradient_accumulation_steps=0"],
+    ["--micro_batches=0"],
+    ["--micro_batches=3", "--batch_size=64"],
     ["--seed=abc"],
     ["--unknown_flag=1"],
     ["--model_fn=mnist_cnn", "--keras_model=mnist_cnn"],

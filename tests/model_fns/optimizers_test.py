@@ -1,4 +1,4 @@
-"""Gradient accumulation: k micro-batches make one update, equal to one step on k times the batch.
+"""Micro-batches: k slices make one update, within one step or accumulated across k steps.
 
 Medium tests train a small Estimator model for real, in one process, without
 a strategy and under MirroredStrategy (the cross-replica path that
@@ -13,7 +13,10 @@ import tensorflow as tf
 from model_fns.optimizers import (
     ACCUMULATION_STEPS,
     COLLECTION,
+    MICRO_BATCH_COLLECTION,
+    MICRO_BATCHES,
     GradientAccumulationOptimizer,
+    minimize_in_micro_batches,
     with_gradient_accumulation,
 )
 
@@ -122,3 +125,94 @@ def test_k_micro_batches_equal_one_batch_k_times_larger(tmp_path, strategy):
                 accumulated.get_tensor(name), whole.get_tensor(name), atol=1e-6, err_msg=name
             )
     assert not [name for name in names if "accumulator" in name or "micro_batches" in name]
+
+
+def test_micro_batches_in_a_step_run_one_slice_after_another_and_apply_their_mean():
+    # loss = max over examples of x . w: its gradient is the arg-max row of the slice
+    # it sees, so slices give the mean of two rows where the whole batch gives one.
+    rows = np.float32([[1, 0, 0], [0, 2, 0], [0, 0, 3], [4, 0, 0]])
+    seen = []
+
+    def loss_fn(x, unused_labels):
+        seen.append(x)
+        return tf.reduce_max(tf.linalg.matvec(x, w))
+
+    with tf.Graph().as_default() as graph:
+        w = tf.Variable(np.ones(FEATURES, np.float32))
+        loss, train_op = minimize_in_micro_batches(
+            tf.compat.v1.train.GradientDescentOptimizer(1.0),
+            loss_fn,
+            tf.constant(rows),
+            tf.zeros([4]),
+            micro_batches=2,
+        )
+        assert [x.shape.as_list() for x in seen] == [[2, FEATURES], [2, FEATURES]]
+        # The second slice waits for the first slice's gradients.
+        assert not seen[0].op.control_inputs
+        assert seen[1].op.control_inputs
+        assert len(graph.get_collection(MICRO_BATCH_COLLECTION)) == 1
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            loss_value, _ = session.run([loss, train_op])
+            weights = session.run(w)
+    assert loss_value == pytest.approx((2 + 4) / 2)
+    np.testing.assert_allclose(weights, 1 - (rows[1] + rows[3]) / 2)
+
+
+def test_fail_when_micro_batches_do_not_divide_the_batch():
+    with tf.Graph().as_default():
+        w = tf.Variable(np.ones(FEATURES, np.float32))
+        with pytest.raises(ValueError, match="--micro_batches=4 must divide .* 6 examples"):
+            minimize_in_micro_batches(
+                tf.compat.v1.train.GradientDescentOptimizer(1.0),
+                lambda x, y: tf.reduce_mean(tf.linalg.matvec(x, w) - y),
+                tf.zeros([6, FEATURES]),
+                tf.zeros([6]),
+                micro_batches=4,
+            )
+
+
+def _micro_batch_model_fn(features, labels, mode, params):
+    w = tf.compat.v1.get_variable("w", [FEATURES, 1], initializer=tf.zeros_initializer())
+
+    def loss_fn(features, labels):
+        return tf.reduce_mean(tf.square(tf.matmul(features["x"], w)[:, 0] - labels))
+
+    optimizer = with_gradient_accumulation(tf.compat.v1.train.AdamOptimizer(0.05), params)
+    loss, train_op = minimize_in_micro_batches(
+        optimizer,
+        loss_fn,
+        features,
+        labels,
+        params[MICRO_BATCHES],
+        tf.compat.v1.train.get_or_create_global_step(),
+    )
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def _train_in_micro_batches(model_dir, batch, micro_batches, accumulation, strategy):
+    config = tf.estimator.RunConfig(
+        model_dir=str(model_dir), train_distribute=strategy, save_checkpoints_steps=5
+    )
+    params = {MICRO_BATCHES: micro_batches, ACCUMULATION_STEPS: accumulation}
+    estimator = tf.estimator.Estimator(_micro_batch_model_fn, config=config, params=params)
+    estimator.train(_input_fn(batch), max_steps=5)
+    return tf.train.load_checkpoint(str(model_dir))
+
+
+@pytest.mark.parametrize("strategy", [None, "mirrored"])
+def test_micro_batches_and_accumulation_equal_one_whole_batch(tmp_path, strategy):
+    def make():
+        return tf.distribute.MirroredStrategy(["/cpu:0"]) if strategy else None
+
+    whole = _train_in_micro_batches(tmp_path / "whole", 12, 1, 1, make())
+    sliced = _train_in_micro_batches(tmp_path / "sliced", 12, 3, 1, make())
+    # Both: 2 steps of 6 examples, each step in 2 slices of 3.
+    both = _train_in_micro_batches(tmp_path / "both", 6, 2, 2, make())
+    assert np.abs(whole.get_tensor("w")).max() > 0.1
+    for other in (sliced, both):
+        assert other.get_tensor("global_step") == 5
+        for name in whole.get_variable_to_shape_map():
+            np.testing.assert_allclose(
+                other.get_tensor(name), whole.get_tensor(name), atol=1e-6, err_msg=name
+            )
