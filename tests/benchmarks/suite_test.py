@@ -12,7 +12,7 @@ import tempfile
 
 import pytest
 
-from benchmarks import contenders, report
+from benchmarks import contenders, report, scaling_model, suite
 from benchmarks.contenders import Config
 from benchmarks.suite import SECTIONS, Settings, parse_startup, run_groups, run_suite, save
 
@@ -134,3 +134,40 @@ def test_measure_runs_a_real_job_and_removes_its_files(tmp_path, monkeypatch):
 
     assert examples_per_second > 0
     assert os.listdir(tmp_path) == []
+
+
+def test_options_check_feeds_each_option_into_the_scaling_model():
+    ring = scaling_model.Network("ring", latency=1e-4, bandwidth=1e9)
+    sizes = [1, 1 << 10, 1 << 18, 1 << 20]
+    nbytes = [4 * size for size in sizes]
+    per_size = [{"median": scaling_model.ring_allreduce_seconds(ring, 2, b)} for b in nbytes]
+    results = run_suite(Settings(sections=("options",), rounds=1, quick=True), fake_measure)
+    results["collectives"] = {
+        "sizes": sizes,
+        "bytes": nbytes,
+        "allreduce": {"RING float32": per_size},
+    }
+
+    checks = {row["option"]: row for row in report.options_check(results)}
+
+    assert set(checks) == {
+        "defaults",
+        "gradient_wire_dtype=bfloat16",
+        "gradient_accumulation_steps=8",
+        suite.MICRO_BATCHES_8,
+        suite.LARGER_BATCH,
+    }
+    gradient = report.GRADIENT_BYTES["mnist_cnn"]
+    defaults = checks["defaults"]
+    assert defaults["compute_ms"] == pytest.approx(64 / 11_000 * 1e3)
+    assert defaults["predicted"] == pytest.approx(
+        scaling_model.efficiency(64 / 11_000, ring, 2, gradient), rel=1e-3
+    )
+    assert checks["gradient_accumulation_steps=8"]["accumulation"] == 8
+    assert checks["gradient_accumulation_steps=8"]["predicted"] > defaults["predicted"]
+    # No bfloat16 fit in these results: the float32 ring carries half the bytes.
+    assert checks["gradient_wire_dtype=bfloat16"]["allreduce_ms"] == pytest.approx(
+        scaling_model.ring_allreduce_seconds(ring, 2, gradient / 2) * 1e3, rel=1e-3
+    )
+    assert checks[suite.LARGER_BATCH]["compute_ms"] == pytest.approx(512 / 10_000 * 1e3)
+    assert defaults["measured"] == pytest.approx(0.9)
