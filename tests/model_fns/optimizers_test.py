@@ -95,13 +95,11 @@ def _model_fn(features, labels, mode, params):
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
 
 
-def _train(model_dir, batch, accumulation, strategy):
+def _train(model_dir, batch, strategy, model_fn=None, **params):
     config = tf.estimator.RunConfig(
         model_dir=str(model_dir), train_distribute=strategy, save_checkpoints_steps=5
     )
-    estimator = tf.estimator.Estimator(
-        _model_fn, config=config, params={ACCUMULATION_STEPS: accumulation}
-    )
+    estimator = tf.estimator.Estimator(model_fn or _model_fn, config=config, params=params)
     estimator.train(_input_fn(batch), max_steps=5)
     return tf.train.load_checkpoint(str(model_dir))
 
@@ -111,8 +109,8 @@ def test_k_micro_batches_equal_one_batch_k_times_larger(tmp_path, strategy):
     def make():
         return tf.distribute.MirroredStrategy(["/cpu:0"]) if strategy else None
 
-    whole = _train(tmp_path / "whole", 12, 1, make())
-    accumulated = _train(tmp_path / "accumulated", 4, 3, make())
+    whole = _train(tmp_path / "whole", 12, make(), **{ACCUMULATION_STEPS: 1})
+    accumulated = _train(tmp_path / "accumulated", 4, make(), **{ACCUMULATION_STEPS: 3})
     assert accumulated.get_tensor("global_step") == whole.get_tensor("global_step") == 5
     moved = np.abs(whole.get_tensor("w")).max()
     assert moved > 0.1
@@ -191,13 +189,8 @@ def _micro_batch_model_fn(features, labels, mode, params):
 
 
 def _train_in_micro_batches(model_dir, batch, micro_batches, accumulation, strategy):
-    config = tf.estimator.RunConfig(
-        model_dir=str(model_dir), train_distribute=strategy, save_checkpoints_steps=5
-    )
     params = {MICRO_BATCHES: micro_batches, ACCUMULATION_STEPS: accumulation}
-    estimator = tf.estimator.Estimator(_micro_batch_model_fn, config=config, params=params)
-    estimator.train(_input_fn(batch), max_steps=5)
-    return tf.train.load_checkpoint(str(model_dir))
+    return _train(model_dir, batch, strategy, _micro_batch_model_fn, **params)
 
 
 @pytest.mark.parametrize("strategy", [None, "mirrored"])
