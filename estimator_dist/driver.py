@@ -65,6 +65,26 @@ PEER_ERRORS = (
     tf.errors.CancelledError,
 )
 
+#: Starts the message of any error from a collective that a peer aborted.
+COLLECTIVE_ABORT = "Collective ops is aborted by"
+
+
+def is_peer_error(error: tf.errors.OpError) -> bool:
+    """Whether `error` means a peer task or the network failed.
+
+    A peer that leaves a step early aborts the collectives waiting for it;
+    TensorFlow reports that as an InternalError naming the abort.
+
+    >>> is_peer_error(tf.errors.UnavailableError(None, None, "Socket closed"))
+    True
+    >>> is_peer_error(tf.errors.InternalError(
+    ...     None, None, "Collective ops is aborted by: Delete called on non-empty BufRendezvous"))
+    True
+    >>> is_peer_error(tf.errors.InternalError(None, None, "cuDNN failed"))
+    False
+    """
+    return isinstance(error, PEER_ERRORS) or COLLECTIVE_ABORT in error.message
+
 
 @dataclasses.dataclass(frozen=True)
 class JobConfig:
@@ -663,7 +683,10 @@ def _start_watchdog(
             cluster.role, job.run.model_dir, {"chief-0": cluster.jobs[CHIEF][0]}, job.stall_timeout
         )
     else:
-        watchdog = Watchdog(cluster.role, peers, job.startup_timeout, job.stall_timeout)
+        # Collective training needs every worker at every step; with parameter
+        # servers a worker may stop alone.
+        last_step = None if cluster.jobs.get(PS) else job.train_steps
+        watchdog = Watchdog(cluster.role, peers, job.startup_timeout, job.stall_timeout, last_step)
     watchdog.start()
     return watchdog
 
@@ -749,15 +772,16 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     started = time.monotonic()
     try:
         tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
-    except PEER_ERRORS as error:
-        logging.error("Collective failure, full TensorFlow error: %s", error.message)
-        step = watchdog.step if isinstance(watchdog, Watchdog) else None
-        raise PeerFailureError(
-            f"{type(error).__name__} at global step {step} after "
-            f"{time.monotonic() - started:.1f} s ({_error_summary(error)}). A peer task died or "
-            "the network between tasks failed; restart the whole job from its latest checkpoint."
-        ) from None
     except tf.errors.OpError as error:
+        if is_peer_error(error):
+            logging.error("Collective failure, full TensorFlow error: %s", error.message)
+            step = watchdog.step if isinstance(watchdog, Watchdog) else None
+            raise PeerFailureError(
+                f"{type(error).__name__} at global step {step} after "
+                f"{time.monotonic() - started:.1f} s ({_error_summary(error)}). A peer task "
+                "died or the network between tasks failed; restart the whole job from its "
+                "latest checkpoint."
+            ) from None
         data_error = bad_data.data_error_from(error)
         if data_error is None:
             raise

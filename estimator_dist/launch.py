@@ -111,6 +111,10 @@ EXPOSED_MESSAGE = (
 )
 
 
+#: Seconds a task's lost-peer exit (150) waits for the exit of the peer it lost.
+ROOT_CAUSE_SECS = 2.0
+
+
 @dataclasses.dataclass(frozen=True)
 class Failure:
     """Why an attempt ended early.
@@ -280,13 +284,26 @@ class Launcher:
         exits.put((task, task.process.wait()))
 
     def supervise(
-        self, deadline: Optional[float], train_steps: int, finish_timeout: float
+        self,
+        deadline: Optional[float],
+        train_steps: int,
+        finish_timeout: float,
+        root_cause_secs: float = ROOT_CAUSE_SECS,
     ) -> Optional[Failure]:
         """Waits for this attempt to end.
 
+        Args:
+          deadline: `time.monotonic()` value to give up at, or None.
+          train_steps: The last step; a training task ending below it failed.
+          finish_timeout: Seconds the others may take after the first
+            training task finished.
+          root_cause_secs: Seconds a lost-peer exit (150) waits for the exit of
+            the task whose loss it reports.
+
         Returns:
           None when every training task and the evaluator finished after the
-          last step; otherwise the first `Failure`.
+          last step; otherwise the first `Failure`, or the one behind a
+          lost-peer exit.
         """
         pending = {id(t): t for t in self.tasks if t.config.task_type != PS}
         finish_by: Optional[float] = None
@@ -306,25 +323,56 @@ class Launcher:
                 return Failure(
                     f"timed out (--timeout_secs) waiting for {waiting}", exit_codes.FAILURE
                 )
-            if code != 0:
-                return Failure(f"{task.name} {describe_exit(code)}", _exit_code_of(code))
-            if task.config.task_type == PS:
-                return Failure(f"{task.name} exited before training ended", exit_codes.STALLED)
-            if task.config.task_type in (CHIEF, WORKER):
-                step = self._checkpoint_step()
-                if step < train_steps:
-                    return Failure(
-                        f"{task.name} exited with code 0 while the latest checkpoint is at "
-                        f"step {step}, before --train_steps={train_steps} (did its input run "
-                        "out? training data must repeat)",
-                        exit_codes.STALLED,
-                    )
-                if finish_by is None:
-                    finish_by = time.monotonic() + finish_timeout
-                    self.release()
+            failure = self._failure_of(task, code, train_steps)
+            if failure is not None and code == exit_codes.PEER_FAILURE:
+                return self._cause_behind(task, failure, train_steps, root_cause_secs)
+            if failure is not None:
+                return failure
+            if task.config.task_type in (CHIEF, WORKER) and finish_by is None:
+                finish_by = time.monotonic() + finish_timeout
+                self.release()
             del pending[id(task)]
             self.say(f"{task.name} finished")
         return None
+
+    def _failure_of(self, task: Task, code: int, train_steps: int) -> Optional[Failure]:
+        """The failure one task's exit means, or None if it finished its part."""
+        if code != 0:
+            return Failure(f"{task.name} {describe_exit(code)}", _exit_code_of(code))
+        if task.config.task_type == PS:
+            return Failure(f"{task.name} exited before training ended", exit_codes.STALLED)
+        if task.config.task_type in (CHIEF, WORKER):
+            step = self._checkpoint_step()
+            if step < train_steps:
+                return Failure(
+                    f"{task.name} exited with code 0 while the latest checkpoint is at "
+                    f"step {step}, before --train_steps={train_steps} (did its input run "
+                    "out? training data must repeat)",
+                    exit_codes.STALLED,
+                )
+        return None
+
+    def _cause_behind(
+        self, reporter: Task, lost_peer: Failure, train_steps: int, within: float
+    ) -> Failure:
+        """Waits up to `within` seconds for the failure that made `reporter` lose a peer.
+
+        A task that leaves early aborts the collectives of the others, and one
+        of them may exit 150 before the leaving task's own exit is seen.
+        """
+        end = time.monotonic() + within
+        while True:
+            try:
+                task, code = self._exits.get(timeout=max(0.0, end - time.monotonic()))
+            except queue.Empty:
+                return lost_peer
+            failure = self._failure_of(task, code, train_steps)
+            if failure is not None and code != exit_codes.PEER_FAILURE:
+                return Failure(
+                    f"{failure.cause} ({reporter.name} exited first, with code 150, as it "
+                    "lost this peer)",
+                    failure.exit_code,
+                )
 
     def stop(self, grace_secs: float) -> None:
         """Stops every task still running: SIGTERM, then SIGKILL after `grace_secs`."""

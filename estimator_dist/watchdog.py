@@ -10,7 +10,10 @@ message naming the task, the step and the cause, when:
 * no training step completes before the start-up deadline (exit 151), naming
   the peers that cannot be reached;
 * the global step does not move for the stall timeout (exit 152);
-* TensorFlow re-creates the session after training started (exit 153).
+* TensorFlow re-creates the session after training started (exit 153);
+* this task's training loop ends before the last step, as when its input
+  runs out (exit 152): the others would wait for its share of every later
+  step. It fails before its session closes, so the others see a lost peer.
 
 `arm_fail_fast()` makes MonitoredSession treat the errors it would silently
 recover from (AbortedError, UnavailableError) as fatal once the first step is
@@ -75,6 +78,8 @@ class Watchdog:
       peers: Name to address of the other tasks, probed when start-up fails.
       startup_timeout: Seconds from `start()` to the first completed step.
       stall_timeout: Seconds the global step may stay the same afterwards.
+      last_step: The step every task trains to (`--train_steps`); a training
+        loop that ends below it is fatal. None when a task may stop alone.
       exit_fn: Called as `exit_fn(role, code, cause)`; `fail` by default.
       clock: Monotonic clock, replaceable in tests.
     """
@@ -85,6 +90,7 @@ class Watchdog:
         peers: Mapping[str, str],
         startup_timeout: float,
         stall_timeout: float,
+        last_step: Optional[int] = None,
         exit_fn: Callable[[str, int, str], None] = fail,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -92,6 +98,7 @@ class Watchdog:
         self._peers = dict(peers)
         self._startup_timeout = startup_timeout
         self._stall_timeout = stall_timeout
+        self._last_step = last_step
         self._exit = exit_fn
         self._clock = clock
         self._lock = threading.Lock()
@@ -178,6 +185,19 @@ class Watchdog:
                 step,
             )
 
+    def training_ended(self, step: int) -> None:
+        """Ends the process when this task's training loop ended before the last step."""
+        if self._last_step is None or step >= self._last_step:
+            return
+        self._exit(
+            self._role,
+            exit_codes.STALLED,
+            f"training on this task ended at global step {step}, before "
+            f"--train_steps={self._last_step}: its input ran out or a hook asked it to stop, "
+            "and the other tasks cannot finish a step without it. Make the training input "
+            "repeat (dataset.repeat()), then restart the job from its latest checkpoint.",
+        )
+
     def hook(self) -> tf.compat.v1.train.SessionRunHook:
         """Returns the hook that reports sessions and steps to this watchdog."""
         return _WatchdogHook(self)
@@ -199,6 +219,11 @@ class _WatchdogHook(tf.compat.v1.train.SessionRunHook):
 
     def after_run(self, run_context: object, run_values: object) -> None:
         self._watchdog.progress(int(run_values.results))
+
+    def end(self, session: tf.compat.v1.Session) -> None:
+        # MonitoredSession calls this when the loop ends without an error (an
+        # exhausted input included), before it closes the session.
+        self._watchdog.training_ended(int(session.run(self._global_step)))
 
 
 class EvaluatorWatchdog:

@@ -201,7 +201,7 @@ def test_worker_that_never_starts_is_named(tmp_path, data_dir):
     assert not glob.glob(str(tmp_path / "model.ckpt-*"))
 
 
-def test_worker_exiting_0_early_fails_the_job(tmp_path, data_dir):
+def test_worker_whose_input_runs_out_fails_the_job(tmp_path, data_dir):
     args = [
         "--num_workers=2",
         "--max_restarts=1",
@@ -215,11 +215,16 @@ def test_worker_exiting_0_early_fails_the_job(tmp_path, data_dir):
         code = launcher.wait(timeout=300)
     output = launcher.output
     assert code == exit_codes.STALLED, output
+    # The worker fails itself, before its session closes, naming the cause...
     assert re.search(
-        r"worker-0 exited with code 0 while the latest checkpoint is at step \d+, "
-        r"before --train_steps=300",
+        r"task worker-0 failed \(exit 152\): training on this task ended at global step "
+        r"\d+, before --train_steps=300: its input ran out",
         output,
-    )
+    ), output
+    # ...and the launcher blames it, even when the chief's lost-peer exit came first.
+    failures = re.findall(r"\[launcher\] attempt \d failed: (.*); stopped every task", output)
+    assert len(failures) == 2, output
+    assert all(f.startswith("worker-0 exited with code 152 (STALLED)") for f in failures), output
     assert output.count("restarting the whole cluster") == 1
     assert "job failed (no restarts left)" in output
 

@@ -44,12 +44,14 @@ class Job:
     def exit(self, name, code):
         self.launcher._exits.put((self.by_name[name], code))
 
-    def supervise(self, deadline=None, finish_timeout=FAR, limit=10.0):
+    def supervise(self, deadline=None, finish_timeout=FAR, limit=10.0, root_cause_secs=0.1):
         result = {}
 
         def target():
             try:
-                result["value"] = self.launcher.supervise(deadline, TRAIN_STEPS, finish_timeout)
+                result["value"] = self.launcher.supervise(
+                    deadline, TRAIN_STEPS, finish_timeout, root_cause_secs
+                )
             except BaseException as error:
                 result["error"] = error
 
@@ -138,11 +140,41 @@ def test_first_exit_decides_even_if_others_follow(tmp_path):
     assert failure.exit_code == exit_codes.PEER_FAILURE
 
 
+@pytest.mark.parametrize(
+    "code, cause",
+    [
+        (exit_codes.STALLED, "worker-0 exited with code 152 (STALLED)"),
+        (-9, "worker-0 was killed by SIGKILL"),
+        (0, "worker-0 exited with code 0 while the latest checkpoint is at step 40"),
+    ],
+)
+def test_a_lost_peer_exit_names_the_task_that_left_first(tmp_path, code, cause):
+    # The leaving task aborted the chief's collective; its own exit comes later.
+    job = Job(tmp_path, step=40)
+    job.exit("chief", exit_codes.PEER_FAILURE)
+    job.exit("evaluator", 0)
+    job.exit("worker-0", code)
+    failure = job.supervise(root_cause_secs=FAR)
+    assert failure.cause.startswith(cause), failure.cause
+    assert "(chief exited first, with code 150, as it lost this peer)" in failure.cause
+    assert failure.exit_code == (_exit_code_of(code) if code else exit_codes.STALLED)
+
+
+def test_a_lost_peer_exit_waits_for_its_cause_only_so_long(tmp_path):
+    job = Job(tmp_path)
+    job.exit("chief", exit_codes.PEER_FAILURE)
+    job.exit("worker-0", exit_codes.PEER_FAILURE)
+    started = time.monotonic()
+    failure = job.supervise(root_cause_secs=0.5)
+    assert failure == Failure("chief exited with code 150 (PEER_FAILURE)", 150)
+    assert time.monotonic() - started >= 0.5
+
+
 def test_exit_150_is_a_retryable_peer_failure(tmp_path):
     job = Job(tmp_path)
     job.exit("chief", 0)
     job.exit("worker-0", 150)
-    failure = job.supervise()
+    failure = job.supervise(root_cause_secs=0.1)
     assert failure == Failure("worker-0 exited with code 150 (PEER_FAILURE)", 150)
     assert "PEER_FAILURE" in failure.cause
     assert failure.retryable

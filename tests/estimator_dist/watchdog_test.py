@@ -7,12 +7,14 @@ free port nobody listens on.
 """
 
 import logging
+import re
 import socket
 import threading
 from types import SimpleNamespace
 
 import portpicker
 import pytest
+import tensorflow as tf
 from tensorflow.python.training import monitored_session
 
 from estimator_dist import exit_codes, watchdog
@@ -73,9 +75,9 @@ class Exits:
         return [code for _, code, _ in self.calls]
 
 
-def make_watchdog(peers=None, startup=STARTUP, stall=STALL):
+def make_watchdog(peers=None, startup=STARTUP, stall=STALL, last_step=None):
     clock, exits = Clock(), Exits()
-    dog = Watchdog("worker-1", peers or {}, startup, stall, exit_fn=exits, clock=clock)
+    dog = Watchdog("worker-1", peers or {}, startup, stall, last_step, exit_fn=exits, clock=clock)
     return dog, clock, exits
 
 
@@ -265,6 +267,51 @@ def test_first_progress_logs_the_first_step_marker(caplog):
     assert marked == [
         f"estimator_dist: task worker-1 {exit_codes.FIRST_STEP_MARKER} (global step 5)."
     ]
+
+
+# --- training loop ending early ----------------------------------------------
+
+
+def test_training_ending_before_the_last_step_is_stalled():
+    dog, _, exits = make_watchdog(last_step=300)
+    dog.training_ended(20)
+    assert exits.codes == [exit_codes.STALLED]
+    cause = exits.calls[0][2]
+    assert "ended at global step 20, before --train_steps=300" in cause
+    assert "dataset.repeat()" in cause
+
+
+@pytest.mark.parametrize("last_step, step", [(300, 300), (300, 301), (None, 20)])
+def test_training_ending_at_the_last_step_or_unbounded_is_fine(last_step, step):
+    dog, _, exits = make_watchdog(last_step=last_step)
+    dog.training_ended(step)
+    assert exits.calls == []
+
+
+def _finite_input():
+    features = tf.data.Dataset.from_tensor_slices(tf.ones([5, 1]))
+    return tf.data.Dataset.zip((features, features)).batch(1)
+
+
+def _regression_model_fn(features, labels, mode):
+    prediction = tf.compat.v1.layers.dense(features, 1)
+    loss = tf.compat.v1.losses.mean_squared_error(labels, prediction)
+    step = tf.compat.v1.train.get_or_create_global_step()
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, step)
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+@pytest.mark.parametrize("max_steps, expected", [(20, [("worker-1", 152, 5)]), (5, [])])
+def test_hook_reports_an_input_that_runs_out_before_the_last_step(tmp_path, max_steps, expected):
+    # A real Estimator: MonitoredSession must call the hook's end() when the
+    # input runs out, while the session is still open.
+    exits = Exits()
+    dog = Watchdog("worker-1", {}, STARTUP, STALL, last_step=max_steps, exit_fn=exits)
+    estimator = tf.estimator.Estimator(_regression_model_fn, model_dir=str(tmp_path))
+    estimator.train(_finite_input, hooks=[dog.hook()], max_steps=max_steps)
+    assert [
+        (role, code, int(re.search(r"step (\d+),", cause)[1])) for role, code, cause in exits.calls
+    ] == expected
 
 
 # --- hook ---------------------------------------------------------------------
