@@ -12,7 +12,9 @@ output line with the task (`[worker-0]`) and appends it to
 `model_dir/logs/<task>.log`.
 
 When any task ends before the job is done, with any exit code, even 0, it
-stops every task (SIGTERM, then SIGKILL after --grace_secs). For a
+stops every task (SIGTERM, then SIGKILL after --grace_secs). The cause it
+reports is that task's, except that a task which only lost a peer (exit
+150) makes it wait up to `ROOT_CAUSE_SECS` for the exit of the peer. For a
 retryable cause (a signal, or an exit code of 128 or more, see
 `estimator_dist.exit_codes`) it restarts the whole cluster, which resumes from
 the latest checkpoint in the shared model_dir, up to --max_restarts times with
