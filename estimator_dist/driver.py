@@ -30,6 +30,7 @@ import platform
 import re
 import socket
 import time
+import types
 from typing import Any, Callable, Iterator, Mapping, Optional, Tuple, Union
 
 import tensorflow as tf
@@ -40,7 +41,7 @@ from estimator_dist import export, pitfalls
 from estimator_dist import params as params_lib
 from estimator_dist.cluster import CHIEF, EVALUATOR, PS, ClusterConfig
 from estimator_dist.cpus import allowed_cores, onednn_enabled
-from estimator_dist.errors import PeerFailureError, UsageError
+from estimator_dist.errors import DataError, PeerFailureError, UsageError
 from estimator_dist.rendezvous import rendezvous
 from estimator_dist.startup import Startup
 from estimator_dist.watchdog import EvaluatorWatchdog, Watchdog
@@ -85,6 +86,34 @@ def is_peer_error(error: tf.errors.OpError) -> bool:
     False
     """
     return isinstance(error, PEER_ERRORS) or COLLECTIVE_ABORT in error.message
+
+
+def explain_training_error(
+    error: tf.errors.OpError, step: Optional[int], seconds: float
+) -> Optional[Exception]:
+    """The error with an exit code of its own that `error` from training means, if any.
+
+    Args:
+      error: What `train_and_evaluate` raised.
+      step: The last global step this task saw, or None.
+      seconds: How long training had run.
+
+    Returns:
+      A `bad_data.DataError` (exit 3) for a bad record, a `PeerFailureError`
+      (exit 150) for a lost peer, or None for any other error.
+    """
+    # A collective abort carries its cause's message, which may be a bad record.
+    data_error = bad_data.data_error_from(error)
+    if data_error is not None:
+        return data_error
+    if not is_peer_error(error):
+        return None
+    logging.error("Collective failure, full TensorFlow error: %s", error.message)
+    return PeerFailureError(
+        f"{type(error).__name__} at global step {step} after {seconds:.1f} s "
+        f"({_error_summary(error)}). A peer task died or the network between tasks failed; "
+        "restart the whole job from its latest checkpoint."
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -649,12 +678,15 @@ def model_fn_as_written(estimator: tf.estimator.Estimator) -> tf.estimator.Estim
     Returns:
       The same estimator.
     """
-    method = estimator._call_model_fn
+    method = type(estimator)._call_model_fn
 
-    def call_model_fn(*args: Any, **kwargs: Any) -> Any:
-        return method(*args, **kwargs)
+    def call_model_fn(self: tf.estimator.Estimator, *args: Any, **kwargs: Any) -> Any:
+        return method(self, *args, **kwargs)
 
-    estimator._call_model_fn = autograph_artifact(functools.update_wrapper(call_model_fn, method))
+    # Bound, so that the copy the distribute coordinator makes calls it on itself.
+    estimator._call_model_fn = types.MethodType(
+        autograph_artifact(functools.update_wrapper(call_model_fn, method)), estimator
+    )
     return estimator
 
 
@@ -805,19 +837,11 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     try:
         tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
     except tf.errors.OpError as error:
-        if is_peer_error(error):
-            logging.error("Collective failure, full TensorFlow error: %s", error.message)
-            step = watchdog.step if isinstance(watchdog, Watchdog) else None
-            raise PeerFailureError(
-                f"{type(error).__name__} at global step {step} after "
-                f"{time.monotonic() - started:.1f} s ({_error_summary(error)}). A peer task "
-                "died or the network between tasks failed; restart the whole job from its "
-                "latest checkpoint."
-            ) from None
-        data_error = bad_data.data_error_from(error)
-        if data_error is None:
+        step = watchdog.step if isinstance(watchdog, Watchdog) else None
+        explained = explain_training_error(error, step, time.monotonic() - started)
+        if explained is None:
             raise
-        raise data_error from error
+        raise explained from (error if isinstance(explained, DataError) else None)
     finally:
         skipped = bad_data.summary()
         if skipped:

@@ -13,7 +13,9 @@ message naming the task, the step and the cause, when:
 * TensorFlow re-creates the session after training started (exit 153);
 * this task's training loop ends before the last step, as when its input
   runs out (exit 152): the others would wait for its share of every later
-  step. It fails before its session closes, so the others see a lost peer.
+  step. It fails before its session closes, so the others see a lost peer;
+  on the chief that is also before the end-of-training checkpoint, so the
+  steps since the last periodic checkpoint are lost, as with any failure.
 
 `arm_fail_fast()` makes MonitoredSession treat the errors it would silently
 recover from (AbortedError, UnavailableError) as fatal once the first step is
