@@ -67,3 +67,15 @@ class DataError(Error):
     """
 
     exit_code = exit_codes.BAD_DATA
+
+
+class UserCodeError(Error):
+    """The user's model_fn, input_fn or script raised: restarting would raise again."""
+
+    exit_code = exit_codes.USER_CODE
+
+
+class CollectiveMismatchError(Error):
+    """The tasks all-reduced tensors that differ in shape or type: a deterministic fault."""
+
+    exit_code = exit_codes.COLLECTIVE_MISMATCH

@@ -12,6 +12,10 @@ them, and how `estimator_dist.launch` decides whether to restart.
 | 2 | USAGE | bad flag, TF_CONFIG, name, parameter or missing data |
 | 3 | BAD_DATA | a corrupt, truncated or mistyped record while training |
 | 4 | CLUSTER_MISMATCH | the tasks disagree on the cluster or the job settings |
+| 5 | USER_CODE | the model_fn, input_fn or script raised; the same code would raise again |
+| 6 | INPUT_EXHAUSTED | the training input ran out before the last step; it must repeat |
+| 7 | COLLECTIVE_MISMATCH | the tasks all-reduced tensors of different shapes or types |
+| 8 | EVAL_UNENDING | an evaluation kept reading after training ended; bound it with --eval_steps |
 | 150 | PEER_FAILURE | a collective operation failed: a peer died or the network failed |
 | 151 | CLUSTER_TIMEOUT | the cluster did not assemble before the start-up deadline |
 | 152 | STALLED | the global step did not move for the stall timeout |
@@ -29,6 +33,10 @@ FAILURE = 1
 USAGE = 2
 BAD_DATA = 3
 CLUSTER_MISMATCH = 4
+USER_CODE = 5
+INPUT_EXHAUSTED = 6
+COLLECTIVE_MISMATCH = 7
+EVAL_UNENDING = 8
 PEER_FAILURE = 150
 CLUSTER_TIMEOUT = 151
 STALLED = 152
