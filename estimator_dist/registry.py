@@ -10,6 +10,8 @@ editing this package.
 42
 >>> models.get("os.path:basename")("/a/b")
 'b'
+>>> models.get("os:path.basename")("/a/b")
+'b'
 """
 
 from __future__ import annotations
@@ -69,6 +71,9 @@ class Registry(Generic[T]):
     def get(self, name: str) -> T:
         """Returns the callable registered as `name`, or imported from `module:attr`.
 
+        `attr` may be dotted, `module:object.method`, for a bound method or an
+        attribute of a module-level object.
+
         Raises:
           RegistryError: if nothing is registered under `name`, the module
             cannot be imported, or the attribute is missing or not callable.
@@ -88,11 +93,16 @@ class Registry(Generic[T]):
                 f"Cannot import module {module_name!r} for {self._kind} {name!r}: {error}. "
                 "Check the spelling and that the module is on PYTHONPATH."
             ) from None
-        entry = getattr(module, attribute, None)
+        entry: object = module
+        for part in attribute.split("."):
+            entry = getattr(entry, part, None)
+            if entry is None:
+                break
         if not callable(entry):
             found = "nothing" if entry is None else f"a {type(entry).__name__}"
             raise RegistryError(
                 f"{self._kind} {name!r}: module {module_name!r} has {found} named "
-                f"{attribute!r}; expected a function."
+                f"{attribute!r}; expected a function, a callable object or a bound method "
+                "(`module:function` or `module:object.method`)."
             )
         return entry

@@ -36,7 +36,9 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         "model_fn",
         None,
         "model_fn: a registered name (mnist_cnn, resnet_cifar, dnn_classifier, "
-        "linear_classifier, wide_and_deep) or package.module:function. Default mnist_cnn.",
+        "linear_classifier, wide_and_deep) or package.module:function (also "
+        "module:object.method). It may take any subset of features, labels, mode, params, "
+        "config, as with tf.estimator. Default mnist_cnn.",
         flag_values=f,
     )
     flags.DEFINE_string(
@@ -50,9 +52,9 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_string(
         "estimator",
         None,
-        "Instead of --model_fn: a function build(config, params) returning a "
-        "tf.estimator.Estimator built with the given RunConfig, such as a canned "
-        "DNNClassifier (registered name or package.module:function).",
+        "Instead of --model_fn: a function build(config[, params]) returning a "
+        "tf.estimator.Estimator (or tf.compat.v1.estimator.*) built with the given RunConfig, "
+        "such as a canned DNNClassifier (registered name or package.module:function).",
         flag_values=f,
     )
     flags.DEFINE_string(
@@ -82,7 +84,20 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         "input_fn",
         "digits",
         "input_fn: a registered name (digits, mnist, fashion_mnist, cifar10, tfds, tfrecord, "
-        "csv, synthetic, tabular) or package.module:function.",
+        "csv, synthetic, tabular) or package.module:function. It may take any subset of "
+        "mode, params, config, input_context and return a Dataset or (features, labels).",
+        flag_values=f,
+    )
+    flags.DEFINE_string(
+        "eval_input_fn",
+        None,
+        "Evaluation input_fn, as --input_fn; default: --input_fn called with mode EVAL.",
+        flag_values=f,
+    )
+    flags.DEFINE_string(
+        "eval_params",
+        "",
+        "Parameters of the evaluation input_fn over --params: key=value,... or a JSON/YAML file.",
         flag_values=f,
     )
     flags.DEFINE_string(
@@ -97,7 +112,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_integer(
         "eval_steps",
         None,
-        "Evaluation batches; default: the whole split.",
+        "Evaluation batches; default: the whole evaluation input, or 100 batches (as "
+        "tf.estimator.EvalSpec) when it repeats forever.",
         lower_bound=1,
         flag_values=f,
     )
@@ -303,6 +319,8 @@ def job_from_flags(f: flags.FlagValues = flags.FLAGS) -> JobConfig:
             export_best_by=f.export_best_by,
             exports_to_keep=f.exports_to_keep,
             input_fn=f.input_fn,
+            eval_input_fn=f.eval_input_fn,
+            eval_params=parse_params_flag(f.eval_params),
             train_steps=f.train_steps,
             eval_steps=f.eval_steps,
             batch_size=f.batch_size,

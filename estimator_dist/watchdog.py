@@ -12,10 +12,17 @@ message naming the task, the step and the cause, when:
 * the global step does not move for the stall timeout (exit 152);
 * TensorFlow re-creates the session after training started (exit 153);
 * this task's training loop ends before the last step, as when its input
-  runs out (exit 152): the others would wait for its share of every later
-  step. It fails before its session closes, so the others see a lost peer;
-  on the chief that is also before the end-of-training checkpoint, so the
-  steps since the last periodic checkpoint are lost, as with any failure.
+  runs out (exit 6, not retried: the same input runs out again): the others
+  would wait for its share of every later step. It fails before its session
+  closes, so the others see a lost peer; on the chief that is also before
+  the end-of-training checkpoint, so the steps since the last periodic
+  checkpoint are lost, as with any failure. A single process, which has no
+  one to wait for it, only warns, as Estimator ends training there too.
+
+In a single process, evaluation runs between training steps: every
+evaluation batch (`eval_hook`) counts as progress, so a long evaluation is
+not a stall. `EvaluatorWatchdog` tells an evaluation that never ends (exit
+8) from training that ended or failed (exit 152).
 
 `arm_fail_fast()` makes MonitoredSession treat the errors it would silently
 recover from (AbortedError, UnavailableError) as fatal once the first step is
@@ -42,6 +49,27 @@ from tensorflow.python.training import monitored_session
 from estimator_dist import exit_codes
 
 FAILURE_PREFIX = exit_codes.FAILURE_PREFIX
+#: Why a cluster task whose training loop ended early fails, and the fix.
+INPUT_EXHAUSTED_MESSAGE = (
+    "training on this task ended at global step {step}, before --train_steps={last}: its "
+    "input ran out (or a hook asked it to stop), and the other tasks cannot finish a step "
+    "without it. A restart would run out at the same place, so the job is not retried. Make "
+    "the training input repeat (dataset.repeat(), or num_epochs=None for numpy_input_fn) and "
+    "let --train_steps end training."
+)
+#: Logged by a single process whose training loop ended early.
+INPUT_ENDED_ALONE = (
+    "Training ended at global step {step}, before --train_steps={last}: the training input "
+    "ran out. One process can stop there; on several workers the job would fail (exit 6). "
+    "Make the input repeat and let --train_steps end training."
+)
+#: Why the evaluator fails when an evaluation is still reading after training ended.
+EVAL_UNENDING_MESSAGE = (
+    "the evaluation of {checkpoint} has run {seconds:.0f} s and read {batches} batches without "
+    "ending, while no new checkpoint came for {stall:g} s and the chief ({chief}) is "
+    "unreachable: training has ended, and the evaluation input does not end (it repeats, or "
+    "its size is unknown). Pass --eval_steps to bound each evaluation."
+)
 
 
 def fail(role: str, code: int, cause: str) -> None:
@@ -82,6 +110,8 @@ class Watchdog:
       stall_timeout: Seconds the global step may stay the same afterwards.
       last_step: The step every task trains to (`--train_steps`); a training
         loop that ends below it is fatal. None when a task may stop alone.
+      alone: This is a single process: a loop ending below `last_step` is
+        only a warning, and no peers are probed.
       exit_fn: Called as `exit_fn(role, code, cause)`; `fail` by default.
       clock: Monotonic clock, replaceable in tests.
     """
@@ -95,8 +125,10 @@ class Watchdog:
         last_step: Optional[int] = None,
         exit_fn: Callable[[str, int, str], None] = fail,
         clock: Callable[[], float] = time.monotonic,
+        alone: bool = False,
     ) -> None:
         self._role = role
+        self._alone = alone
         self._peers = dict(peers)
         self._startup_timeout = startup_timeout
         self._stall_timeout = stall_timeout
@@ -137,11 +169,12 @@ class Watchdog:
             last, step = self._last_progress, self._step
         if last is None and now - self._started_at > self._startup_timeout:
             missing = unreachable(self._peers)
-            where = (
-                f"unreachable: {', '.join(missing)}"
-                if missing
-                else "every peer accepts connections, but no step ran"
-            )
+            if missing:
+                where = f"unreachable: {', '.join(missing)}"
+            elif self._alone:
+                where = "a single process: its input or graph building is stuck"
+            else:
+                where = "every peer accepts connections, but no step ran"
             self._exit(
                 self._role,
                 exit_codes.CLUSTER_TIMEOUT,
@@ -153,8 +186,13 @@ class Watchdog:
                 self._role,
                 exit_codes.STALLED,
                 f"the global step stayed at {step} for {now - last:.0f} s (stall timeout "
-                f"{self._stall_timeout:g} s); a peer is stuck or gone. Restart the job from "
-                "its latest checkpoint, or raise --stall_timeout for very slow steps.",
+                f"{self._stall_timeout:g} s); "
+                + (
+                    "training or evaluation is stuck. "
+                    if self._alone
+                    else "a peer is stuck or gone. Restart the job from its latest checkpoint, "
+                )
+                + "Raise --stall_timeout for very slow steps.",
             )
 
     def session_created(self) -> None:
@@ -187,22 +225,53 @@ class Watchdog:
                 step,
             )
 
+    def alive(self) -> None:
+        """Records progress that moves no global step: an evaluation batch in one process."""
+        with self._lock:
+            if self._last_progress is not None:
+                self._last_progress = self._clock()
+
     def training_ended(self, step: int) -> None:
         """Ends the process when this task's training loop ended before the last step."""
         if self._last_step is None or step >= self._last_step:
             return
+        if self._alone:
+            logging.warning(INPUT_ENDED_ALONE.format(step=step, last=self._last_step))
+            return
         self._exit(
             self._role,
-            exit_codes.STALLED,
-            f"training on this task ended at global step {step}, before "
-            f"--train_steps={self._last_step}: its input ran out or a hook asked it to stop, "
-            "and the other tasks cannot finish a step without it. Make the training input "
-            "repeat (dataset.repeat()), then restart the job from its latest checkpoint.",
+            exit_codes.INPUT_EXHAUSTED,
+            INPUT_EXHAUSTED_MESSAGE.format(step=step, last=self._last_step),
         )
 
     def hook(self) -> tf.compat.v1.train.SessionRunHook:
         """Returns the hook that reports sessions and steps to this watchdog."""
         return _WatchdogHook(self)
+
+    def eval_hook(self) -> tf.compat.v1.train.SessionRunHook:
+        """Returns the hook that reports each evaluation batch as progress."""
+        return _CallbackHook(after_run=self.alive)
+
+
+class _CallbackHook(tf.compat.v1.train.SessionRunHook):
+    """Calls plain functions at a session's start, after each run and at its end."""
+
+    def __init__(
+        self,
+        begin: Callable[[], None] = lambda: None,
+        after_run: Callable[[], None] = lambda: None,
+        end: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._begin, self._after_run, self._end = begin, after_run, end
+
+    def after_create_session(self, session: tf.compat.v1.Session, coord: object) -> None:
+        self._begin()
+
+    def after_run(self, run_context: object, run_values: object) -> None:
+        self._after_run()
+
+    def end(self, session: tf.compat.v1.Session) -> None:
+        self._end()
 
 
 class _WatchdogHook(tf.compat.v1.train.SessionRunHook):
@@ -257,6 +326,25 @@ class EvaluatorWatchdog:
         self._stall_timeout = stall_timeout
         self._exit = exit_fn
         self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._evaluating_since: Optional[float] = None
+        self._batches = 0
+
+    def eval_hook(self) -> tf.compat.v1.train.SessionRunHook:
+        """Returns the hook that tells this watchdog when an evaluation runs."""
+        return _CallbackHook(begin=self._evaluation_began, after_run=self._batch, end=self._ended)
+
+    def _evaluation_began(self) -> None:
+        with self._lock:
+            self._evaluating_since, self._batches = time.monotonic(), 0
+
+    def _batch(self) -> None:
+        with self._lock:
+            self._batches += 1
+
+    def _ended(self) -> None:
+        with self._lock:
+            self._evaluating_since = None
 
     def start(self) -> None:
         """Starts watching in a daemon thread."""
@@ -274,10 +362,26 @@ class EvaluatorWatchdog:
             if latest != checkpoint:
                 checkpoint, changed = latest, time.monotonic()
             elif time.monotonic() - changed > self._stall_timeout and unreachable(self._chief):
+                with self._lock:
+                    since, batches = self._evaluating_since, self._batches
+                if since is not None:
+                    self._exit(
+                        self._role,
+                        exit_codes.EVAL_UNENDING,
+                        EVAL_UNENDING_MESSAGE.format(
+                            checkpoint=checkpoint,
+                            seconds=time.monotonic() - since,
+                            batches=batches,
+                            stall=self._stall_timeout,
+                            chief=", ".join(self._chief.values()),
+                        ),
+                    )
+                    return
                 self._exit(
                     self._role,
                     exit_codes.STALLED,
                     f"no new checkpoint in {self._model_dir} for {self._stall_timeout:g} s "
                     f"(latest: {checkpoint}) and the chief ({', '.join(self._chief.values())}) "
-                    "is unreachable: training ended or failed before the last step.",
+                    "is unreachable, with no evaluation running: training ended or failed "
+                    "before the last step.",
                 )

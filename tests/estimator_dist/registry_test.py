@@ -125,3 +125,31 @@ def test_registry_error_is_a_usage_error():
     assert issubclass(RegistryError, ValueError)
     with pytest.raises(UsageError):
         Registry("model_fn").get("missing")
+
+
+class _Model:
+    def model_fn(self, features, labels, mode):
+        return self, features
+
+    def __call__(self, features, labels, mode):
+        return features
+
+
+MODEL = _Model()
+
+
+def test_module_object_attribute_resolves_to_the_bound_method():
+    method = Registry("model_fn").get(f"{__name__}:MODEL.model_fn")
+    assert method("f", None, "train") == (MODEL, "f")
+
+
+def test_callable_object_resolves_as_itself():
+    assert Registry("model_fn").get(f"{__name__}:MODEL") is MODEL
+
+
+def test_fail_with_missing_nested_attribute():
+    with pytest.raises(RegistryError) as raised:
+        Registry("model_fn").get(f"{__name__}:MODEL.no_such_method")
+    message = str(raised.value)
+    assert "has nothing named 'MODEL.no_such_method'" in message
+    assert "module:object.method" in message

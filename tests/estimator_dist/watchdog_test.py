@@ -272,13 +272,39 @@ def test_first_progress_logs_the_first_step_marker(caplog):
 # --- training loop ending early ----------------------------------------------
 
 
-def test_training_ending_before_the_last_step_is_stalled():
+def test_training_ending_before_the_last_step_is_input_exhausted_and_not_retried():
     dog, _, exits = make_watchdog(last_step=300)
     dog.training_ended(20)
-    assert exits.codes == [exit_codes.STALLED]
+    assert exits.codes == [exit_codes.INPUT_EXHAUSTED]
+    assert not exit_codes.is_retryable(exit_codes.INPUT_EXHAUSTED)
     cause = exits.calls[0][2]
     assert "ended at global step 20, before --train_steps=300" in cause
     assert "dataset.repeat()" in cause
+    assert "not retried" in cause
+
+
+def test_a_single_process_whose_input_ends_early_only_warns(caplog):
+    exits = Exits()
+    dog = Watchdog("local", {}, STARTUP, STALL, 300, exit_fn=exits, clock=Clock(), alone=True)
+    dog.training_ended(20)
+    assert exits.calls == []
+    assert "Training ended at global step 20, before --train_steps=300" in caplog.text
+
+
+def test_evaluation_batches_keep_a_single_process_from_stalling():
+    clock, exits = Clock(), Exits()
+    dog = Watchdog("local", {}, STARTUP, STALL, 300, exit_fn=exits, clock=clock, alone=True)
+    dog.progress(5)
+    hook = dog.eval_hook()
+    for _ in range(3):
+        clock.now += STALL * 0.9
+        hook.after_run(run_context=None, run_values=None)
+        dog.check()
+    assert exits.calls == []
+    clock.now += STALL + 0.01
+    dog.check()
+    assert exits.codes == [exit_codes.STALLED]
+    assert "training or evaluation is stuck" in exits.calls[0][2]
 
 
 @pytest.mark.parametrize("last_step, step", [(300, 300), (300, 301), (None, 20)])
@@ -301,7 +327,7 @@ def _regression_model_fn(features, labels, mode):
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
 
 
-@pytest.mark.parametrize("max_steps, expected", [(20, [("worker-1", 152, 5)]), (5, [])])
+@pytest.mark.parametrize("max_steps, expected", [(20, [("worker-1", 6, 5)]), (5, [])])
 def test_hook_reports_an_input_that_runs_out_before_the_last_step(tmp_path, max_steps, expected):
     # A real Estimator: MonitoredSession must call the hook's end() when the
     # input runs out, while the session is still open.
@@ -373,6 +399,43 @@ def test_evaluator_watchdog_exits_without_checkpoints_and_chief(tmp_path, refusi
     assert str(tmp_path) in cause
     assert refusing in cause
     assert "latest: None" in cause
+
+
+def test_evaluator_watchdog_tells_an_unending_evaluation_from_a_stall(tmp_path, refusing):
+    exits = Exits()
+    dog = EvaluatorWatchdog(
+        "evaluator-0", str(tmp_path), {"chief-0": refusing}, stall_timeout=0.2, exit_fn=exits
+    )
+    hook = dog.eval_hook()
+    hook.after_create_session(session=None, coord=None)
+    for _ in range(7):
+        hook.after_run(run_context=None, run_values=None)
+    dog.start()
+    try:
+        assert exits.event.wait(timeout=10), "the evaluator watchdog never called exit_fn"
+    finally:
+        dog.stop()
+    role, code, cause = exits.calls[0]
+    assert (role, code) == ("evaluator-0", exit_codes.EVAL_UNENDING)
+    assert "read 7 batches without ending" in cause
+    assert "--eval_steps" in cause
+
+
+def test_evaluator_watchdog_after_an_evaluation_ended_reports_a_stall(tmp_path, refusing):
+    exits = Exits()
+    dog = EvaluatorWatchdog(
+        "evaluator-0", str(tmp_path), {"chief-0": refusing}, stall_timeout=0.2, exit_fn=exits
+    )
+    hook = dog.eval_hook()
+    hook.after_create_session(session=None, coord=None)
+    hook.end(session=None)
+    dog.start()
+    try:
+        assert exits.event.wait(timeout=10), "the evaluator watchdog never called exit_fn"
+    finally:
+        dog.stop()
+    assert exits.codes[0] == exit_codes.STALLED
+    assert "with no evaluation running" in exits.calls[0][2]
 
 
 def test_evaluator_watchdog_names_the_latest_checkpoint(tmp_path, refusing):

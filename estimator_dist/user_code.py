@@ -1,0 +1,252 @@
+"""Calls users' `model_fn`s and `input_fn`s exactly as `tf.estimator` does.
+
+Legacy Estimator code comes in many shapes: `model_fn(features, labels, mode)`
+with no `params`, `(features, labels, mode, config)`, a bound method, a
+callable object or a `functools.partial`; input functions with or without
+`mode`, `params`, `config` and `input_context`, returning a `tf.data.Dataset`
+or a `(features, labels)` tuple of tensors (`numpy_input_fn`,
+`pandas_input_fn`, hand-written TF1 code). Estimator reads the argument names
+with `function_utils.fn_args` and passes each argument only when it is
+declared; this module does the same, everywhere the package calls user code
+(the tasks, the dry run, the launcher's pre-flight, `check`, export), and
+refuses, before any task starts, what Estimator could not call, naming the
+fix in the user's own names.
+
+>>> def input_fn(features, labels, training=True, batch_size=256):
+...     pass
+>>> check_input_fn_args(input_fn, "iris:input_fn", "--input_fn")  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+estimator_dist.errors.UsageError: --input_fn=iris:input_fn takes features, labels, ...
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable, List, Mapping, Optional, Tuple
+
+import tensorflow as tf
+from tensorflow.python.util import function_utils
+
+from estimator_dist.errors import UsageError
+from run_config.teardown import without_autotune
+
+#: Arguments Estimator passes to an input_fn that declares them.
+INPUT_FN_ARGS = ("mode", "params", "config", "input_context")
+#: Arguments Estimator passes to a model_fn that declares them (`self` of a method aside).
+MODEL_FN_ARGS = ("features", "labels", "mode", "params", "config")
+#: Batches an evaluation of a repeating input reads when --eval_steps is not set:
+#: the default of `tf.estimator.EvalSpec(steps=...)`.
+DEFAULT_EVAL_STEPS = 100
+#: Logged once when an evaluation input repeats forever and --eval_steps is not set.
+BOUNDED_EVAL_MESSAGE = (
+    "The evaluation input {name} repeats forever and --eval_steps is not set: each "
+    "evaluation reads {steps} batches, the default of tf.estimator.EvalSpec(steps=...). "
+    "Pass --eval_steps to choose how many."
+)
+
+
+def _required_args(fn: Callable) -> List[str]:
+    """Names of `fn`'s parameters that have no default and are not `*args`/`**kwargs`."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [
+        p.name
+        for p in parameters
+        if p.default is inspect.Parameter.empty
+        and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
+
+
+def describe(fn: Callable) -> str:
+    """Returns `fn`'s name with its signature, for messages: `input_fn(features, labels)`."""
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    name = getattr(target, "__qualname__", type(target).__name__)
+    try:
+        return f"{name}{inspect.signature(fn)}"
+    except (TypeError, ValueError):
+        return name
+
+
+def _bind_fix(fn: Callable, name: str, flag: str, missing: List[str]) -> str:
+    module, _, attribute = name.rpartition(":")
+    short = attribute or getattr(fn, "__name__", "fn")
+    bound = f"{short.replace('.', '_')}_bound"
+    arguments = ", ".join(f"{arg}=..." for arg in missing)
+    where = f" in {module}" if module else ""
+    return (
+        f"Bind them{where} with `{bound} = functools.partial({short}, {arguments})` or "
+        f"`{bound} = lambda: {short}({arguments})`, then pass "
+        f"{flag}={module + ':' if module else ''}{bound}."
+    )
+
+
+def check_input_fn_args(fn: Callable, name: str, flag: str) -> None:
+    """Refuses an input_fn with required arguments that Estimator cannot supply.
+
+    Args:
+      fn: The input function.
+      name: How the user named it (`module:function`), for the message.
+      flag: The flag that named it (`--input_fn` or `--eval_input_fn`).
+
+    Raises:
+      UsageError: naming the arguments and how to bind them.
+    """
+    missing = [arg for arg in _required_args(fn) if arg not in INPUT_FN_ARGS]
+    if missing:
+        raise UsageError(
+            f"{flag}={name} takes {', '.join(missing)}, which Estimator cannot supply: it "
+            f"passes an input_fn only {', '.join(INPUT_FN_ARGS)} (each when declared). "
+            f"Received {describe(fn)}. {_bind_fix(fn, name, flag, missing)}"
+        )
+
+
+def check_model_fn_args(fn: Callable, name: str) -> None:
+    """Refuses a model_fn that Estimator would refuse, with the fix.
+
+    Raises:
+      UsageError: when `features` is missing or other arguments are required.
+    """
+    args = function_utils.fn_args(fn)
+    unexpected = [arg for arg in args if arg not in (*MODEL_FN_ARGS, "self")]
+    if "features" not in args or unexpected:
+        problem = (
+            f"takes {', '.join(unexpected)}, which Estimator never passes"
+            if unexpected
+            else "has no `features` argument"
+        )
+        fix = (
+            _bind_fix(fn, name, "--model_fn", unexpected)
+            if unexpected
+            else "Declare model_fn(features, labels, mode, params, config), any subset "
+            "that includes features."
+        )
+        raise UsageError(
+            f"--model_fn={name} {problem}: Estimator calls a model_fn with any subset of "
+            f"{', '.join(MODEL_FN_ARGS)}. Received {describe(fn)}. {fix}"
+        )
+
+
+def takes_params(fn: Callable) -> bool:
+    """Whether Estimator would pass `params` to `fn`, as `function_utils.fn_args` reads it."""
+    return "params" in function_utils.fn_args(fn)
+
+
+def takes_input_context(input_fn: Callable) -> bool:
+    """Whether the user's input_fn declares `input_context`, and so can shard itself."""
+    return "input_context" in function_utils.fn_args(getattr(input_fn, "user_fn", input_fn))
+
+
+def bind_input_fn(
+    input_fn: Callable,
+    params: Mapping[str, Any],
+    default_config: Optional[Callable[[], Any]] = None,
+) -> Callable:
+    """Wraps a user's input_fn into the function handed to `TrainSpec`/`EvalSpec`.
+
+    The wrapper takes `mode`, `input_context` and `config` (Estimator passes
+    them by name) and calls `input_fn` with the ones it declares, plus
+    `params`. Its result is made acceptable to Estimator in every setting:
+
+    * a `tf.data.Dataset` loses tf.data autotuning unless its options set it,
+      so that the session closes at once when training ends
+      (`run_config.teardown`);
+    * a `(features, labels)` tuple of tensors (`numpy_input_fn`,
+      `pandas_input_fn`, `iterator.get_next()`) is returned as it is where no
+      strategy is in scope, and under a strategy as the callable its input
+      iterator takes (`InputFunctionIterator` accepts a Dataset or a function
+      returning one batch), called once per replica device.
+
+    Args:
+      input_fn: A function of any subset of `mode`, `params`, `config`,
+        `input_context`.
+      params: The `params` it receives if it declares them.
+      default_config: Makes the `config` given to an input_fn that declares
+        it when the caller passes none (the dry run); a default RunConfig if
+        None.
+
+    Returns:
+      `input_fn(mode, input_context=None, config=None)`; its `user_fn`
+      attribute is `input_fn`.
+    """
+    accepted = function_utils.fn_args(input_fn)
+
+    def bound(
+        mode: str,
+        input_context: Optional[tf.distribute.InputContext] = None,
+        config: Optional[tf.estimator.RunConfig] = None,
+    ) -> Any:
+        given = {"mode": mode, "params": params, "input_context": input_context}
+        kwargs = {name: value for name, value in given.items() if name in accepted}
+        if "config" in accepted:
+            kwargs["config"] = config or (default_config or tf.estimator.RunConfig)()
+        result = input_fn(**kwargs)
+        if isinstance(result, tf.data.Dataset) or not tf.distribute.has_strategy():
+            return without_autotune(result)
+        pending = [result]
+
+        def next_batch() -> Any:
+            return pending.pop() if pending else input_fn(**kwargs)
+
+        return next_batch
+
+    bound.user_fn = input_fn
+    bound.__name__ = getattr(input_fn, "__name__", "input_fn")
+    bound.__doc__ = getattr(input_fn, "__doc__", None)
+    return bound
+
+
+def element_spec(result: Any) -> Tuple[Any, Any]:
+    """Returns the (features, labels) specs of what an input_fn returned.
+
+    Args:
+      result: A Dataset, a `(features, labels)` tuple of tensors, or features alone.
+    """
+    if isinstance(result, tf.data.Dataset):
+        spec = result.element_spec
+    else:
+        spec = tf.nest.map_structure(tf.TensorSpec.from_tensor, result)
+    if isinstance(spec, tuple) and len(spec) == 2:
+        return spec
+    return spec, None
+
+
+def numpy_input_epochs(input_fn: Callable) -> Tuple[bool, Optional[int]]:
+    """Reads `num_epochs` of a `numpy_input_fn`/`pandas_input_fn` function.
+
+    Returns:
+      (True, num_epochs) for such a function, (False, None) for any other.
+    """
+    fn = getattr(input_fn, "user_fn", input_fn)
+    if isinstance(fn, functools.partial):
+        fn = fn.func
+    qualname = getattr(fn, "__qualname__", "")
+    if qualname not in ("numpy_input_fn.<locals>.input_fn", "pandas_input_fn.<locals>.input_fn"):
+        return False, None
+    cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+    return True, cells["num_epochs"].cell_contents if "num_epochs" in cells else None
+
+
+def repeats_forever(input_fn: Callable, result: Any) -> Optional[bool]:
+    """Whether an evaluation input never ends: True, False, or None when unknown.
+
+    Args:
+      input_fn: The input function (its `numpy_input_fn` settings are read).
+      result: What it returned in a scratch graph.
+    """
+    is_numpy, epochs = numpy_input_epochs(input_fn)
+    if is_numpy:
+        return epochs is None
+    if not isinstance(result, tf.data.Dataset):
+        return None
+    cardinality = tf.data.experimental.cardinality(result)
+    with tf.compat.v1.Session() as session:
+        value = session.run(cardinality)
+    if value == tf.data.experimental.INFINITE_CARDINALITY:
+        return True
+    if value == tf.data.experimental.UNKNOWN_CARDINALITY:
+        return None
+    return False
