@@ -44,23 +44,27 @@ def best_metric(best_by: str) -> Tuple[str, bool]:
     return name, not any(part in name for part in LOWER_IS_BETTER)
 
 
-def serving_input_receiver_fn(
-    feature_specs: Mapping[str, tf.TensorSpec],
-) -> Callable[[], tf.estimator.export.ServingInputReceiver]:
+def serving_input_receiver_fn(feature_specs: Any) -> Callable[[], Any]:
     """Returns a receiver fn taking one tensor per feature, batch dimension free.
 
     Args:
-      feature_specs: `{name: tf.TensorSpec}` of the input_fn's features.
+      feature_specs: Spec of the input_fn's features: `{name: tf.TensorSpec}`,
+        or one `tf.TensorSpec` when the input_fn gives features as a bare
+        tensor, which the model_fn then receives bare too (the serving
+        signature names it `features`).
 
     Returns:
       A function for `LatestExporter`/`BestExporter`/`export_saved_model`.
     """
 
-    def receiver() -> tf.estimator.export.ServingInputReceiver:
-        tensors = {
-            name: tf.compat.v1.placeholder(spec.dtype, [None, *spec.shape[1:]], name=name)
-            for name, spec in feature_specs.items()
-        }
+    def placeholder(spec: tf.TensorSpec, name: str) -> tf.Tensor:
+        return tf.compat.v1.placeholder(spec.dtype, [None, *spec.shape[1:]], name=name)
+
+    def receiver() -> Any:
+        if isinstance(feature_specs, tf.TensorSpec):
+            tensor = placeholder(feature_specs, "features")
+            return tf.estimator.export.TensorServingInputReceiver(tensor, {"features": tensor})
+        tensors = {name: placeholder(spec, name) for name, spec in feature_specs.items()}
         return tf.estimator.export.ServingInputReceiver(tensors, tensors)
 
     return receiver
@@ -85,7 +89,7 @@ def _compare(name: str, higher_is_better: bool) -> Callable[[Mapping, Mapping], 
 
 
 def make_exporters(
-    feature_specs: Mapping[str, tf.TensorSpec],
+    feature_specs: Any,
     exports: Sequence[str],
     best_by: str,
     exports_to_keep: int,
@@ -93,7 +97,7 @@ def make_exporters(
     """Returns the `latest` and/or `best` exporters for `EvalSpec(exporters=...)`.
 
     Args:
-      feature_specs: `{name: tf.TensorSpec}` of the input_fn's features.
+      feature_specs: Spec of the features, see `serving_input_receiver_fn`.
       exports: Any of `latest`, `best`.
       best_by: `metric`, `metric:min` or `metric:max`, see `best_metric`.
       exports_to_keep: Exports kept of each kind.

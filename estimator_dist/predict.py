@@ -170,12 +170,23 @@ def predict(
 
 
 def _batches(input_fn_name: str, params: Mapping[str, Any], limit: Optional[int]) -> Iterator:
+    import tensorflow as tf
+
+    from estimator_dist.errors import UsageError
+    from estimator_dist.user_code import bind_input_fn, check_input_fn_args
     from input_fns import INPUT_FNS, prepare_input
     from input_fns.pipeline import EVAL
 
-    prepare_input(input_fn_name, params)
     input_fn = INPUT_FNS.get(input_fn_name)
-    dataset = input_fn(EVAL, None, params)
+    check_input_fn_args(input_fn, input_fn_name, "--input_fn")
+    prepare_input(input_fn_name, params)
+    dataset = bind_input_fn(input_fn, params)(EVAL)
+    if not isinstance(dataset, tf.data.Dataset):
+        raise UsageError(
+            f"--input_fn={input_fn_name} returned {type(dataset).__name__}; predict reads "
+            "batches from an input_fn that returns a tf.data.Dataset (graph tensors such as "
+            "numpy_input_fn's cannot be read here). Pass an input_fn that returns a Dataset."
+        )
     if limit is not None:
         dataset = dataset.unbatch().take(limit).batch(params["batch_size"])
     return iter(dataset)

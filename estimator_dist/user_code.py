@@ -77,10 +77,10 @@ def _bind_fix(fn: Callable, name: str, flag: str, missing: List[str]) -> str:
     bound = f"{short.replace('.', '_')}_bound"
     arguments = ", ".join(f"{arg}=..." for arg in missing)
     where = f" in {module}" if module else ""
+    lambda_form = f" or `{bound} = lambda: {short}({arguments})`" if flag != "--model_fn" else ""
     return (
-        f"Bind them{where} with `{bound} = functools.partial({short}, {arguments})` or "
-        f"`{bound} = lambda: {short}({arguments})`, then pass "
-        f"{flag}={module + ':' if module else ''}{bound}."
+        f"Bind them{where} with `{bound} = functools.partial({short}, {arguments})`"
+        f"{lambda_form}, then pass {flag}={module + ':' if module else ''}{bound}."
     )
 
 
@@ -112,22 +112,18 @@ def check_model_fn_args(fn: Callable, name: str) -> None:
     """
     args = function_utils.fn_args(fn)
     unexpected = [arg for arg in args if arg not in (*MODEL_FN_ARGS, "self")]
-    if "features" not in args or unexpected:
-        problem = (
-            f"takes {', '.join(unexpected)}, which Estimator never passes"
-            if unexpected
-            else "has no `features` argument"
-        )
-        fix = (
-            _bind_fix(fn, name, "--model_fn", unexpected)
-            if unexpected
-            else "Declare model_fn(features, labels, mode, params, config), any subset "
-            "that includes features."
-        )
-        raise UsageError(
-            f"--model_fn={name} {problem}: Estimator calls a model_fn with any subset of "
-            f"{', '.join(MODEL_FN_ARGS)}. Received {describe(fn)}. {fix}"
-        )
+    if "features" not in args:
+        problem = "has no `features` argument"
+        fix = "Declare model_fn(features, labels, mode, params, config), any subset with features."
+    elif unexpected:
+        problem = f"takes {', '.join(unexpected)}, which Estimator never passes"
+        fix = _bind_fix(fn, name, "--model_fn", unexpected)
+    else:
+        return
+    raise UsageError(
+        f"--model_fn={name} {problem}: Estimator calls a model_fn with any subset of "
+        f"{', '.join(MODEL_FN_ARGS)}. Received {describe(fn)}. {fix}"
+    )
 
 
 def takes_params(fn: Callable) -> bool:

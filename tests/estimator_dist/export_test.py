@@ -58,3 +58,28 @@ def test_serving_receiver_takes_each_feature_with_a_free_batch_dimension():
 def test_fail_with_bad_export_and_model_settings(settings, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(")):
         JobConfig(run=RunConfigOptions(model_dir="/tmp/x"), **settings)
+
+
+def _bare_tensor_model_fn(features, labels, mode):
+    # As legacy code wrote it: features is the tensor itself, not a dict.
+    logits = tf.compat.v1.layers.dense(features, 3)
+    if mode == tf.estimator.ModeKeys.PREDICT:
+        return tf.estimator.EstimatorSpec(mode, predictions={"class_ids": tf.argmax(logits, 1)})
+    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+    step = tf.compat.v1.train.get_or_create_global_step()
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, step)
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def test_bare_tensor_features_export_a_model_that_serves_them(tmp_path):
+    def input_fn():
+        data = tf.data.Dataset.from_tensor_slices((tf.ones([8, 4]), tf.zeros([8], tf.int32)))
+        return data.repeat().batch(4)
+
+    estimator = tf.estimator.Estimator(_bare_tensor_model_fn, model_dir=str(tmp_path / "m"))
+    estimator.train(input_fn, max_steps=2)
+    receiver = export.serving_input_receiver_fn(tf.TensorSpec([4, 4], tf.float32))
+    path = estimator.export_saved_model(str(tmp_path / "export"), receiver).decode()
+    serve = tf.saved_model.load(path).signatures["serving_default"]
+    assert list(serve.structured_input_signature[1]) == ["features"]
+    assert serve(features=tf.ones([5, 4]))["class_ids"].shape == [5]

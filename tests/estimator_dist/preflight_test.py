@@ -1,0 +1,146 @@
+"""The pre-flight calls legacy user code as the training tasks do, and refuses what cannot run."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from estimator_dist import driver, exit_codes, user_code
+from estimator_dist.errors import UsageError, UserCodeError
+from estimator_dist.job import JobConfig
+from estimator_dist.preflight import preflight
+from run_config.run_config import RunConfigOptions
+
+HERE = __name__
+
+
+def train_input_fn():
+    features = {"x": np.linspace(0, 1, 32, dtype=np.float32).reshape(16, 2)}
+    return tf.data.Dataset.from_tensor_slices((features, np.arange(16) % 2)).repeat().batch(4)
+
+
+def eval_input_fn():
+    features = {"x": np.ones([8, 2], np.float32), "unused": np.zeros([8], np.float32)}
+    return tf.data.Dataset.from_tensor_slices((features, np.zeros(8, np.int64))).batch(4)
+
+
+def repeating_eval_input_fn():
+    return eval_input_fn().repeat()
+
+
+def decaying_model_fn(features, labels, mode):
+    # No params; the learning rate decays with the global step, as TF1 ports do.
+    logits = tf.compat.v1.layers.dense(features["x"], 2)
+    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+    step = tf.compat.v1.train.get_global_step()
+    rate = tf.compat.v1.train.exponential_decay(0.1, step, 100, 0.96)
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(rate).minimize(loss, step)
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def raising_model_fn(features, labels, mode, config):
+    raise KeyError("hidden_units")
+
+
+def raising_input_fn(mode):
+    raise FileNotFoundError("/data/train.csv")
+
+
+def adam_keras_model():
+    inputs = tf.keras.Input([2], name="x")
+    model = tf.keras.Model(inputs, tf.keras.layers.Dense(2)(inputs))
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    return model
+
+
+def build_v1_linear(config):
+    columns = [tf.compat.v1.feature_column.numeric_column("x", shape=[2])]
+    return tf.compat.v1.estimator.LinearClassifier(columns, config=config)
+
+
+def build_without_config(params):
+    return None
+
+
+def _job(tmp_path, **settings):
+    return JobConfig(run=RunConfigOptions(model_dir=str(tmp_path / "model")), **settings)
+
+
+def test_a_model_fn_without_params_using_the_global_step_passes(tmp_path):
+    job = _job(
+        tmp_path,
+        model_fn=f"{HERE}:decaying_model_fn",
+        input_fn=f"{HERE}:train_input_fn",
+        eval_input_fn=f"{HERE}:eval_input_fn",
+    )
+    checked = preflight(job)
+    assert checked.model_fn is decaying_model_fn
+    assert set(checked.feature_specs) == {"x", "unused"}, "specs come from the eval input"
+    assert checked.eval_steps is None
+    assert not (tmp_path / "model").exists()
+
+
+def test_an_evaluation_input_that_repeats_is_bounded_to_estimators_default(tmp_path, caplog):
+    job = _job(
+        tmp_path,
+        model_fn=f"{HERE}:decaying_model_fn",
+        input_fn=f"{HERE}:train_input_fn",
+        eval_input_fn=f"{HERE}:repeating_eval_input_fn",
+    )
+    assert preflight(job).eval_steps == user_code.DEFAULT_EVAL_STEPS == 100
+    assert f"The evaluation input {HERE}:repeating_eval_input_fn repeats forever" in caplog.text
+    explicit = JobConfig(**{**job.__dict__, "eval_steps": 7})
+    assert preflight(explicit).eval_steps == 7
+
+
+def test_a_keras_model_compiled_with_adam_by_name_passes_as_in_the_tasks(tmp_path):
+    # In graph mode, as the tasks run, 'adam' resolves to the legacy optimizer.
+    job = _job(tmp_path, keras_model=f"{HERE}:adam_keras_model", input_fn=f"{HERE}:train_input_fn")
+    assert preflight(job).pitfalls == ()
+
+
+def test_a_v1_canned_estimator_builder_taking_only_config_passes(tmp_path):
+    job = _job(tmp_path, estimator=f"{HERE}:build_v1_linear", input_fn=f"{HERE}:train_input_fn")
+    assert preflight(job).model_fn is None
+
+
+def test_fail_with_an_estimator_builder_without_config(tmp_path):
+    job = _job(
+        tmp_path, estimator=f"{HERE}:build_without_config", input_fn=f"{HERE}:train_input_fn"
+    )
+    with pytest.raises(UsageError, match="it must take `config`"):
+        preflight(job)
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (
+            {"model_fn": f"{HERE}:raising_model_fn"},
+            f"--model_fn={HERE}:raising_model_fn raised KeyError: 'hidden_units'",
+        ),
+        (
+            {"input_fn": f"{HERE}:raising_input_fn"},
+            f"--input_fn={HERE}:raising_input_fn (mode TRAIN) raised FileNotFoundError",
+        ),
+    ],
+)
+def test_fail_with_user_code_that_raises(tmp_path, settings, message):
+    job = _job(tmp_path, **{"input_fn": f"{HERE}:train_input_fn", **settings})
+    with pytest.raises(UserCodeError) as raised:
+        preflight(job)
+    assert message in str(raised.value)
+    assert "fix the code" in str(raised.value)
+    assert raised.value.exit_code == exit_codes.USER_CODE
+
+
+def test_a_collective_shape_mismatch_is_not_a_lost_peer():
+    error = tf.errors.InternalError(
+        None,
+        None,
+        "Collective ops is aborted by: Shape mismatch in the collective instance 100. Op at "
+        "device /job:worker/replica:0/task:1 expected shape [7,4] but another member",
+    )
+    explained = driver.explain_training_error(error, 12, 3.0)
+    assert explained.exit_code == exit_codes.COLLECTIVE_MISMATCH
+    assert not exit_codes.is_retryable(explained.exit_code)
+    assert "at global step 12: the tasks all-reduced tensors of different shapes" in str(explained)
