@@ -177,12 +177,12 @@ def test_warning_for_an_input_fn_without_input_context():
         return None
 
     bound = driver.bind_input_fn(no_context, {})
-    pitfall = pitfalls.check_input_fn(bound, "my.module:no_context", 2)
+    pitfall = pitfalls.check_input_fn(bound.user_fn, "my.module:no_context", 2)
     assert pitfall.code == "no-input-context" and not pitfall.fatal
     assert "input_fn my.module:no_context takes no `input_context`" in pitfall.message
     assert "2 workers" in pitfall.message
-    assert pitfalls.check_input_fn(bound, "x", 1) is None
-    assert pitfalls.check_input_fn(driver.bind_input_fn(with_context, {}), "x", 3) is None
+    assert pitfalls.check_input_fn(bound.user_fn, "x", 1) is None
+    assert pitfalls.check_input_fn(driver.bind_input_fn(with_context, {}).user_fn, "x", 3) is None
 
 
 # --- real workers through the launcher ----------------------------------------
