@@ -19,7 +19,9 @@ and, under a strategy, multiply it by 1/num_replicas_in_sync before
 `canned/dnn_linear_combined.py` `_train_op_fn` does the same for the two
 optimizers of the combined model). So, unlike a Keras optimizer in a custom
 model_fn, a canned estimator on N workers steps like one worker on the
-global batch.
+global batch. The sparse gradients of their linear and embedding columns
+are all-reduced as dense tensors by the MultiWorkerMirroredStrategy of
+`run_config.get_strategy` (`run_config.sparse`).
 
 Example:
   >>> import tensorflow as tf
@@ -38,7 +40,7 @@ import tensorflow as tf
 
 from estimator_dist.params import from_params
 from model_fns.feature_columns import deep_columns, resolve_specs, wide_columns
-from model_fns.tabular import DnnParams, LinearParams, WideDeepParams, dense_gradient
+from model_fns.tabular import DnnParams, LinearParams, WideDeepParams
 
 _KERAS_OPTIMIZERS = {
     "adagrad": tf.keras.optimizers.legacy.Adagrad,
@@ -89,42 +91,19 @@ class CannedWideDeepParams(_CannedParams, WideDeepParams):
     """`WideDeepParams` plus `warm_start_from`; `feature_specs` is required."""
 
 
-def _with_dense_gradients(optimizer_class: type) -> type:
-    """Subclasses a legacy Keras optimizer so it all-reduces sparse gradients as dense ones.
-
-    Linear and embedding columns give IndexedSlices gradients whose size
-    depends on the examples each worker read; MultiWorkerMirroredStrategy's
-    graph-mode all-reduce fails when the sizes differ between workers
-    ("Shape mismatch in the collective instance"). The canned estimators pass
-    them to `optimizer.get_updates`, which takes them from `get_gradients`.
-    """
-
-    def get_gradients(self: Any, loss: tf.Tensor, params: list) -> list:
-        gradients = super(dense_class, self).get_gradients(loss, params)
-        return [dense_gradient(gradient) for gradient in gradients]
-
-    dense_class = type(
-        optimizer_class.__name__, (optimizer_class,), {"get_gradients": get_gradients}
-    )
-    return dense_class
-
-
-_DENSE_OPTIMIZERS = {name: _with_dense_gradients(cls) for name, cls in _KERAS_OPTIMIZERS.items()}
-
-
 def keras_optimizer(name: str, learning_rate: float) -> Callable[[], Any]:
     """A factory of the legacy Keras optimizer `name`, as the V2 canned estimators take.
 
     A factory, not an instance: the estimator calls it in each graph it
-    builds. The optimizer turns sparse gradients into dense ones before the
-    all-reduce, which multi-worker training needs (see
-    `model_fns.tabular.minimize_dense`).
+    builds. Its sparse gradients are all-reduced as dense tensors by the
+    MultiWorkerMirroredStrategy of `run_config.get_strategy` (see
+    `run_config.sparse`), which multi-worker training needs.
 
     Example:
       >>> type(keras_optimizer("ftrl", 0.1)()).__name__
       'Ftrl'
     """
-    return functools.partial(_DENSE_OPTIMIZERS[name], learning_rate=learning_rate)
+    return functools.partial(_KERAS_OPTIMIZERS[name], learning_rate=learning_rate)
 
 
 def _head_kwargs(params: Any) -> dict:

@@ -12,6 +12,10 @@ Each reads a dict of features (float, integer or string tensors of shape
 - every initialiser is seeded (`seed`), so every process builds the same
   initial weights whatever its graph seed.
 
+Their hashed, bucketized, crossed and embedded columns have sparse
+gradients; under MultiWorkerMirroredStrategy, `run_config.get_strategy`
+makes the strategy all-reduce them as dense tensors (`run_config.sparse`).
+
 `wide_and_deep` sums the logits of a linear model on the wide columns and
 of a DNN on the deep columns, and trains each part with its own optimizer,
 as the canned `DNNLinearCombined*` estimators do (Ftrl for the linear part,
@@ -228,39 +232,9 @@ def linear_logits(
         )
 
 
-def dense_gradient(gradient: Any) -> Any:
-    """Returns a sparse (IndexedSlices) gradient as a dense tensor; others unchanged."""
-    return tf.convert_to_tensor(gradient) if isinstance(gradient, tf.IndexedSlices) else gradient
-
-
-def minimize_dense(
-    optimizer: tf.compat.v1.train.Optimizer,
-    loss: tf.Tensor,
-    var_list: Optional[List[tf.Variable]] = None,
-    global_step: Optional[tf.Variable] = None,
-) -> tf.Operation:
-    """`optimizer.minimize`, with sparse gradients made dense before the all-reduce.
-
-    The hashed, bucketized and embedded columns have sparse (IndexedSlices)
-    gradients whose number of rows depends on the examples each worker read.
-    MultiWorkerMirroredStrategy's graph-mode all-reduce of such gradients
-    fails ("Shape mismatch in the collective instance ... expected shape
-    [40] but another member in the group expected shape [42]"), so they
-    are converted to dense tensors, which every worker has in one shape.
-
-    Returns:
-      The training op.
-    """
-    pairs = optimizer.compute_gradients(loss, var_list=var_list)
-    dense = [(dense_gradient(gradient), v) for gradient, v in pairs if gradient is not None]
-    return optimizer.apply_gradients(dense, global_step=global_step)
-
-
 def _minimize(optimizer: tf.compat.v1.train.Optimizer) -> Callable[[tf.Tensor], tf.Operation]:
     def train_op_fn(loss: tf.Tensor) -> tf.Operation:
-        return minimize_dense(
-            optimizer, loss, global_step=tf.compat.v1.train.get_or_create_global_step()
-        )
+        return optimizer.minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())
 
     return train_op_fn
 
@@ -383,8 +357,8 @@ def wide_and_deep(
     def train_op_fn(loss: tf.Tensor) -> tf.Operation:
         global_step = tf.compat.v1.train.get_or_create_global_step()
         return tf.group(
-            minimize_dense(dnn_optimizer, loss, dnn_variables, global_step),
-            minimize_dense(linear_optimizer, loss, linear_variables),
+            dnn_optimizer.minimize(loss, global_step=global_step, var_list=dnn_variables),
+            linear_optimizer.minimize(loss, var_list=linear_variables),
         )
 
     return head.create_estimator_spec(mode, linear + dnn, labels, train_op_fn)

@@ -36,6 +36,7 @@ from run_config.names import (
     STRATEGY_NAMES,
     WIRE_DTYPES,
 )
+from run_config.sparse import reduce_sparse_as_dense
 from run_config.teardown import build_device_datasets_without_autotune
 from run_config.wire import send_gradients_as
 
@@ -167,7 +168,10 @@ def get_strategy(
       num_gpus: GPUs visible to this task; counted when None.
 
     Returns:
-      A `tf.distribute.Strategy`, or None for `off`.
+      A `tf.distribute.Strategy`, or None for `off`. A
+      MultiWorkerMirroredStrategy all-reduces sparse gradients as dense
+      tensors (`run_config.sparse`) and float32 gradients in
+      `config.gradient_wire_dtype` (`run_config.wire`).
 
     Example:
       >>> get_strategy(StrategyConfig("off")) is None
@@ -190,6 +194,9 @@ def get_strategy(
         strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
         if config.gradient_wire_dtype != "float32":
             send_gradients_as(strategy, config.gradient_wire_dtype)
+        # Installed last, so it runs first: the gradients it makes dense are
+        # then sent in the wire dtype too.
+        reduce_sparse_as_dense(strategy)
         return strategy
     if config.name == MIRRORED:
         return tf.distribute.MirroredStrategy()

@@ -18,14 +18,17 @@ scaling is applied), so prefer bfloat16 unless the gradients are known to fit.
 
 Only gradient batch all-reduces are cast (what optimizers send); the single
 reductions Estimator does for logging (the loss) stay float32. Sparse
-gradients (`IndexedSlices`) are left as they are.
+gradients (`IndexedSlices`) are left as they are, unless
+`run_config.sparse.reduce_sparse_as_dense` is installed after this: it
+makes them dense before they get here.
 
 This hooks into TensorFlow 2.15's `_batch_reduce_to` of the strategy
 instance given (no other strategy is touched), as a bound method of its
 `extended` object: Estimator's distribute coordinator deep-copies the strategy
 and reconfigures it on every task, which rebuilds its collective ops but keeps
-(and rebinds) that method. The package pins TensorFlow 2.15; a test checks on
-real workers that the cast happens.
+(and rebinds) that method. It calls whatever `_batch_reduce_to` was installed
+before it, so it chains with `run_config.sparse` in either order. The package
+pins TensorFlow 2.15; a test checks on real workers that the cast happens.
 
 Example:
   >>> import tensorflow as tf
@@ -69,6 +72,11 @@ def send_gradients_as(strategy: tf.distribute.Strategy, dtype: str) -> None:
     if wire not in (tf.bfloat16, tf.float16):
         raise ValueError(f"gradients can cross the wire as bfloat16 or float16, not {dtype!r}.")
 
+    extended = strategy.extended
+    # The function, not the bound method: a deep copy of the strategy must
+    # call it on the copy, which the coordinator reconfigured for this task.
+    installed_before = extended._batch_reduce_to.__func__
+
     def batch_reduce_in_wire_dtype(
         extended: tf.distribute.StrategyExtended,
         reduce_op: tf.distribute.ReduceOp,
@@ -80,13 +88,12 @@ def send_gradients_as(strategy: tf.distribute.Strategy, dtype: str) -> None:
             (_cast(value, tf.float32, wire, value_lib.PerReplica) if narrow else value, destination)
             for narrow, (value, destination) in zip(narrowed, value_destination_pairs)
         ]
-        reduced = type(extended)._batch_reduce_to(extended, reduce_op, pairs, options)
+        reduced = installed_before(extended, reduce_op, pairs, options)
         return [
             _cast(result, wire, tf.float32, value_lib.Mirrored) if narrow else result
             for narrow, result in zip(narrowed, reduced)
         ]
 
-    extended = strategy.extended
     extended._batch_reduce_to = types.MethodType(batch_reduce_in_wire_dtype, extended)
 
 

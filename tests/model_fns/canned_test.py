@@ -110,13 +110,3 @@ def test_builds_trains_evaluates_predicts_and_warm_starts(name, dataset, extra, 
         {**params, "warm_start_from": str(tmp_path / "a")},
     )
     assert warm._warm_start_settings.ckpt_to_initialize_from == str(tmp_path / "a")
-
-
-def test_canned_optimizers_hand_dense_gradients_to_the_all_reduce():
-    # Sparse gradients of different sizes per worker break MWMS's all-reduce.
-    with tf.Graph().as_default():
-        table = tf.Variable(tf.ones([50, 4]))
-        loss = tf.reduce_sum(tf.nn.embedding_lookup(table, [1, 3]))
-        assert isinstance(tf.compat.v1.gradients(loss, [table])[0], tf.IndexedSlices)
-        (gradient,) = canned.keras_optimizer("ftrl", 0.1)().get_gradients(loss, [table])
-        assert isinstance(gradient, tf.Tensor) and gradient.shape == (50, 4)

@@ -283,28 +283,3 @@ def test_estimator_trains_evaluates_predicts_and_exports(tmp_path):
     np.testing.assert_allclose(scores.numpy().sum(), 1.0, rtol=1e-5)
     probabilities = signatures["serving_default"](serialized)["probabilities"]
     np.testing.assert_allclose(probabilities.numpy(), scores.numpy(), rtol=1e-6)
-
-
-def test_sparse_gradients_reach_the_all_reduce_dense():
-    # Under MultiWorkerMirroredStrategy, apply_gradients all-reduces what it
-    # is given; sparse gradients of differing sizes break that collective.
-    applied = []
-
-    class Recording(tf.compat.v1.train.GradientDescentOptimizer):
-        def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-            applied.extend(gradient for gradient, _ in grads_and_vars)
-            return super().apply_gradients(grads_and_vars, global_step, name)
-
-    with tf.Graph().as_default():
-        table = tf.compat.v1.get_variable("table", [10, 2])
-        loss = tf.reduce_sum(tf.nn.embedding_lookup(table, [1, 3]))
-        assert isinstance(tf.gradients(loss, [table])[0], tf.IndexedSlices)
-        train_op = tabular.minimize_dense(Recording(1.0), loss)
-        with tf.compat.v1.Session() as session:
-            session.run(tf.compat.v1.global_variables_initializer())
-            before = session.run(table)
-            session.run(train_op)
-            after = session.run(table)
-    assert applied and not any(isinstance(g, tf.IndexedSlices) for g in applied)
-    changed = sorted({row for row in range(10) if not (before[row] == after[row]).all()})
-    assert changed == [1, 3]

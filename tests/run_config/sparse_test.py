@@ -1,0 +1,237 @@
+"""Sparse gradients reach MultiWorkerMirroredStrategy's all-reduce dense, in any model.
+
+Unit tests build the strategy in graph mode without TF_CONFIG (one worker),
+as Estimator builds it, and reduce gradients as the optimizers do
+(`extended.batch_reduce_to`). The 2-worker tests start two real worker
+processes on free loopback ports (`sparse_worker`), whose batches hold
+numbers of distinct ids that differ between the workers and from step to
+step: without `run_config.sparse` they fail with "Shape mismatch in the
+collective instance".
+"""
+
+import contextlib
+import copy
+import json
+import time
+
+import numpy as np
+import portpicker
+import pytest
+import tensorflow as tf
+from tensorflow.python.distribute.values import PerReplica
+
+from estimator_dist.cluster import make_local_cluster
+from run_config.sparse import reduce_sparse_as_dense
+from run_config.strategies import StrategyConfig, get_strategy
+from run_config.wire import send_gradients_as
+from tests.procs import Background
+from tests.run_config import sparse_worker
+
+# Exact in float32; bfloat16 (7 fraction bits) rounds it to 1.
+NEAR_ONE = 1 + 2**-10
+TABLE = [5, 2]
+SUM = tf.distribute.ReduceOp.SUM
+
+
+@pytest.fixture(autouse=True)
+def no_tf_config(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+
+
+def built_strategy(wire_dtype="float32", reconfigure=False):
+    strategy = get_strategy(
+        StrategyConfig("multi_worker_mirrored", "RING", gradient_wire_dtype=wire_dtype),
+        num_gpus=0,
+    )
+    if reconfigure:  # as Estimator's distribute coordinator does on every task
+        strategy = copy.deepcopy(strategy)
+        strategy.configure(tf.compat.v1.ConfigProto())
+    return strategy
+
+
+def sparse_gradient(strategy, rows, value=1.0):
+    """An embedding-like gradient: `value` in each of `rows` (a row twice sums)."""
+    with tf.device(strategy.extended.worker_devices[0]):
+        return tf.IndexedSlices(
+            tf.fill([len(rows), TABLE[1]], value),
+            tf.constant(rows, tf.int64),
+            # Known only when the graph runs, as a resource variable's shape in
+            # a real gradient is.
+            tf.compat.v1.placeholder_with_default(tf.constant(TABLE, tf.int64), [2]),
+        )
+
+
+def reduce_in_session(strategy, make_pairs):
+    """Batch-reduces `make_pairs(strategy, variables)` as an optimizer does."""
+    with strategy.scope():
+        variables = [tf.Variable(tf.zeros(TABLE)), tf.Variable(tf.zeros([2]))]
+    reduced = strategy.extended.batch_reduce_to(SUM, make_pairs(strategy, variables))
+    results = [strategy.experimental_local_results(r)[0] for r in reduced]
+    with tf.compat.v1.Session() as session:
+        return results, session.run(results)
+
+
+def sparse_and_dense(strategy, variables, wrap=lambda value: value):
+    with tf.device(strategy.extended.worker_devices[0]):
+        dense = tf.constant([NEAR_ONE, 3.0])
+    sparse = sparse_gradient(strategy, [1, 3, 1], NEAR_ONE)
+    return [(wrap(sparse), variables[0]), (wrap(dense), variables[1])]
+
+
+# A bare value per worker, as merge calls regroup one replica's gradient, or a
+# PerReplica with one value per local replica (several GPUs per worker).
+WRAPS = {"value": lambda value: value, "per replica": lambda value: PerReplica((value,))}
+
+
+@pytest.mark.parametrize("wrap", WRAPS)
+@pytest.mark.parametrize("reconfigure", [False, True], ids=["as built", "copied+configured"])
+def test_sparse_gradients_come_back_dense_with_the_variables_shape(reconfigure, wrap):
+    def pairs(strategy, variables):
+        return sparse_and_dense(strategy, variables, WRAPS[wrap])
+
+    with tf.Graph().as_default():
+        strategy = built_strategy(reconfigure=reconfigure)
+        (sparse, dense), (sparse_value, dense_value) = reduce_in_session(strategy, pairs)
+    assert isinstance(sparse, tf.Tensor) and sparse.shape == TABLE
+    expected = np.zeros(TABLE, np.float32)
+    expected[1], expected[3] = 2 * np.float32(NEAR_ONE), NEAR_ONE
+    np.testing.assert_array_equal(sparse_value, expected)
+    np.testing.assert_array_equal(dense_value, np.float32([NEAR_ONE, 3.0]))
+
+
+def test_without_it_the_gradient_stays_sparse():
+    # The control: what an unpatched strategy returns for the same gradient.
+    with tf.Graph().as_default():
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        (sparse, _), _ = reduce_in_session(strategy, sparse_and_dense)
+    assert isinstance(sparse, tf.IndexedSlices)
+
+
+def test_installing_twice_densifies_once():
+    with tf.Graph().as_default() as graph:
+        strategy = built_strategy()
+        installed = strategy.extended._batch_reduce_to.__func__
+        reduce_sparse_as_dense(strategy)
+        reduce_sparse_as_dense(copy.deepcopy(strategy))
+        assert strategy.extended._batch_reduce_to.__func__ is installed
+        reduce_in_session(strategy, sparse_and_dense)
+    assert [op.type for op in graph.get_operations()].count("UnsortedSegmentSum") == 1
+
+
+def wire_then_sparse():
+    return built_strategy("bfloat16")  # get_strategy installs both, in this order
+
+
+def sparse_then_wire():
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    reduce_sparse_as_dense(strategy)
+    send_gradients_as(strategy, "bfloat16")
+    return strategy
+
+
+@pytest.mark.parametrize(
+    "build, rounded_sparse", [(wire_then_sparse, True), (sparse_then_wire, False)]
+)
+def test_chains_with_the_wire_dtype_in_either_order(build, rounded_sparse):
+    with tf.Graph().as_default():
+        strategy = copy.deepcopy(build())
+        (sparse, dense), (sparse_value, dense_value) = reduce_in_session(strategy, sparse_and_dense)
+    assert sparse.dtype == dense.dtype == tf.float32 and isinstance(sparse, tf.Tensor)
+    # The dense gradient always crosses in bfloat16; the sparse one does when
+    # it is made dense before the wire cast, as get_strategy orders them.
+    np.testing.assert_array_equal(dense_value, [1.0, 3.0])
+    single = 1.0 if rounded_sparse else np.float32(NEAR_ONE)
+    assert sparse_value[3, 0] == single
+
+
+def test_fail_with_a_strategy_other_than_multi_worker_mirrored():
+    with tf.Graph().as_default():
+        with pytest.raises(TypeError, match="MultiWorkerMirroredStrategy only, received Mirrored"):
+            reduce_sparse_as_dense(tf.distribute.MirroredStrategy(["/cpu:0"]))
+
+
+TWO_WORKERS = json.dumps(
+    {
+        "cluster": {"chief": ["localhost:2222"], "worker": ["localhost:2223"]},
+        "task": {"type": "chief", "index": 0},
+    }
+)
+
+
+def test_two_workers_pack_the_dense_sparse_gradient_with_the_others(monkeypatch):
+    # Building the graph starts no server. One all-reduce carries both
+    # gradients, the table at its full, static size; nothing is gathered.
+    monkeypatch.setenv("TF_CONFIG", TWO_WORKERS)
+    with tf.Graph().as_default() as graph:
+        strategy = copy.deepcopy(built_strategy())
+        with strategy.scope():
+            variables = [tf.Variable(tf.zeros(TABLE)), tf.Variable(tf.zeros([2]))]
+            with tf.device(strategy.extended.worker_devices[0]):
+                pairs = [(sparse_gradient(strategy, [0, 4]), variables[0])]
+                pairs.append((tf.ones([2]), variables[1]))
+            strategy.extended.batch_reduce_to(SUM, pairs)
+    types = [op.type for op in graph.get_operations()]
+    assert "CollectiveGatherV2" not in types
+    (collective,) = [op for op in graph.get_operations() if op.type == "CollectiveReduceV2"]
+    assert collective.inputs[0].shape.num_elements() == np.prod(TABLE) + 2
+
+
+# A 2-worker job took 4 to 13 s on 2 shared cores (imports, graph building,
+# 5 steps); the timeout only bounds a hung job.
+TIMEOUT = 90
+STEPS = 5
+
+
+def run_two_workers(model, model_dir):
+    """Runs chief and worker of `sparse_worker` at once; fails with both outputs."""
+    ports = [portpicker.pick_unused_port() for _ in range(2)]
+    cluster = make_local_cluster(2, ports=ports)
+    args = [model, str(model_dir), str(STEPS)]
+    deadline = time.monotonic() + TIMEOUT
+    with contextlib.ExitStack() as stack:
+        tasks = {
+            task.role: stack.enter_context(
+                Background(
+                    "tests.run_config.sparse_worker", args, env={"TF_CONFIG": task.to_json()}
+                )
+            )
+            for task in cluster.tasks
+        }
+        # A task that fails leaves its peer waiting forever: stop at the first failure.
+        while time.monotonic() < deadline:
+            codes = [task.process.poll() for task in tasks.values()]
+            if None not in codes or any(code for code in codes if code is not None):
+                break
+            time.sleep(0.2)
+    # Leaving the stack killed every process group; now collect all output.
+    codes = {role: task.wait(timeout=10) for role, task in tasks.items()}
+    if any(codes.values()):
+        logs = "\n".join(
+            f"===== {role} (exit {codes[role]}) =====\n{task.output}"
+            for role, task in tasks.items()
+        )
+        raise AssertionError(f"the 2-worker {model} job failed or hung for {TIMEOUT} s:\n{logs}")
+
+
+def checkpoint(model_dir):
+    path = tf.train.latest_checkpoint(str(model_dir))
+    assert path, f"the chief wrote no checkpoint in {model_dir}"
+    return tf.train.load_checkpoint(path)
+
+
+def test_two_workers_train_a_model_fn_with_embedding_lookup(tmp_path):
+    run_two_workers("embedding_lookup", tmp_path)
+    reader = checkpoint(tmp_path)
+    assert reader.get_tensor("global_step") == STEPS
+    # The table started at zero. The chief read ids 0-4 only: rows 5 and 6
+    # moved with the worker's gradients, rows of ids nobody read did not.
+    chief, worker = (max(counts) for counts in sparse_worker.UNIQUE_IDS)
+    assert chief < worker
+    moved = np.flatnonzero(np.abs(reader.get_tensor("table")).sum(axis=1))
+    assert moved.tolist() == list(range(worker))
+
+
+@pytest.mark.parametrize("model", ["canned_v1", "canned_v2"])
+def test_two_workers_train_a_canned_estimator_on_sparse_columns(model, tmp_path):
+    run_two_workers(model, tmp_path)
+    assert checkpoint(tmp_path).get_tensor("global_step") == STEPS
