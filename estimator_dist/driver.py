@@ -47,6 +47,7 @@ from estimator_dist.errors import (
     UserCodeError,
 )
 from estimator_dist.job import JobConfig, check_micro_batches
+from estimator_dist.preemption import Preemption
 from estimator_dist.preflight import (
     Preflight,
     build_estimator,
@@ -400,13 +401,36 @@ def job_view(job: JobConfig, cluster: ClusterConfig) -> dict:
     }
 
 
+def _start_preemption(job: JobConfig, cluster: ClusterConfig) -> Preemption:
+    """Catches SIGTERM/SIGINT for the preemption checkpoint of this task."""
+    if cluster.task_type in (EVALUATOR, PS):
+        kind = cluster.task_type
+    else:
+        kind = "chief" if cluster.is_chief else "worker"
+    preemption = Preemption(
+        cluster.role,
+        job.run.model_dir,
+        kind,
+        lockstep=not cluster.num_ps,
+        grace_secs=job.preemption_grace_secs,
+    )
+    preemption.install()
+    return preemption
+
+
 def _start_watchdog(
-    job: JobConfig, cluster: ClusterConfig
+    job: JobConfig, cluster: ClusterConfig, preemption: Preemption
 ) -> Optional[Union[Watchdog, EvaluatorWatchdog]]:
     """Starts the fail-fast watchdog of a single process, or a chief, worker or evaluator."""
     if not cluster.is_distributed:
         watchdog = Watchdog(
-            cluster.role, {}, job.startup_timeout, job.stall_timeout, job.train_steps, alone=True
+            cluster.role,
+            {},
+            job.startup_timeout,
+            job.stall_timeout,
+            job.train_steps,
+            alone=True,
+            preempted=lambda: preemption.requested,
         )
         watchdog.start()
         return watchdog
@@ -426,7 +450,14 @@ def _start_watchdog(
         # Collective training needs every worker at every step; with parameter
         # servers a worker may stop alone.
         last_step = None if cluster.jobs.get(PS) else job.train_steps
-        watchdog = Watchdog(cluster.role, peers, job.startup_timeout, job.stall_timeout, last_step)
+        watchdog = Watchdog(
+            cluster.role,
+            peers,
+            job.startup_timeout,
+            job.stall_timeout,
+            last_step,
+            preempted=lambda: preemption.requested,
+        )
     watchdog.start()
     return watchdog
 
@@ -470,6 +501,8 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     _check_batch(job, num_replicas, cluster)
     run_config = make_run_config(job.run, train, strategies.eval_distribute)
     startup.mark("strategies")
+    tf.io.gfile.makedirs(job.run.model_dir)
+    preemption = _start_preemption(job, cluster)
     rendezvous(cluster, job_view(job, cluster), job.startup_timeout)
     startup.mark("rendezvous")
     logging.info(
@@ -482,7 +515,6 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
         num_replicas,
         job.batch_size,
     )
-    tf.io.gfile.makedirs(job.run.model_dir)
     if cluster.is_chief:
         _write_json(
             os.path.join(job.run.model_dir, RUN_RECORD_FILE),
@@ -490,12 +522,12 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
         )
 
     estimator = _make_estimator(job, checked, run_config)
-    watchdog = _start_watchdog(job, cluster)
+    watchdog = _start_watchdog(job, cluster, preemption)
     exporter = MetricsExporter(job.run.model_dir)
     exporters = export.make_exporters(
         checked.feature_specs, job.exports, job.export_best_by, job.exports_to_keep
     )
-    hooks = [startup.hook()]
+    hooks = [startup.hook(), preemption.hook()]
     eval_hooks = [] if watchdog is None else [watchdog.eval_hook()]
     if isinstance(watchdog, Watchdog):
         hooks.append(watchdog.hook())
@@ -517,6 +549,9 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     except tf.errors.OpError as error:
         step = watchdog.step if isinstance(watchdog, Watchdog) else None
         explained = explain_training_error(error, step, time.monotonic() - started)
+        if preemption.requested:
+            logging.warning("Training failed while stopping for a preemption: %s", error.message)
+            preemption.finished()
         if explained is None:
             raise
         raise explained from (error if isinstance(explained, DataError) else None)
@@ -535,6 +570,8 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
             logging.warning("%s", skipped)
     if watchdog is not None:
         watchdog.stop()
+    preemption.finished()
+    preemption.uninstall()
     logging.info("Task %s finished in %.1f s.", cluster.role, time.monotonic() - started)
     if cluster.task_type in (None, EVALUATOR):
         return exporter.final_metrics

@@ -21,6 +21,7 @@ them, and how `estimator_dist.launch` decides whether to restart.
 | 152 | STALLED | the global step did not move for the stall timeout |
 | 153 | SESSION_RECOVERY | TensorFlow tried to restore this task alone, which diverges |
 | 154 | PORT_IN_USE | this task's port is taken by another process |
+| 155 | PREEMPTED | stopped on SIGTERM/SIGINT at a step every task agreed on, checkpointed |
 """
 
 #: Logged by a training task after its first step; the launcher watches for it.
@@ -42,6 +43,7 @@ CLUSTER_TIMEOUT = 151
 STALLED = 152
 SESSION_RECOVERY = 153
 PORT_IN_USE = 154
+PREEMPTED = 155
 
 
 def is_retryable(code: int) -> bool:

@@ -77,6 +77,10 @@ class JobConfig:
       stall_timeout: Seconds the global step may stay the same before the
         task fails; on the evaluator, seconds without a new checkpoint while
         the chief is unreachable.
+      preemption_grace_secs: Seconds from SIGTERM/SIGINT to a forced exit,
+        within which every task stops at one step and the chief saves it
+        (`estimator_dist.preemption`); keep it below the platform's grace
+        period (Kubernetes' `terminationGracePeriodSeconds`, 30 by default).
       trace_every_steps: Write a Chrome trace (every op's start and duration,
         collectives included) of every this many global steps to
         `model_dir/traces/<task>/`, for chrome://tracing or Perfetto; None
@@ -105,6 +109,7 @@ class JobConfig:
     eval_throttle_secs: int = 5
     startup_timeout: float = 600.0
     stall_timeout: float = 120.0
+    preemption_grace_secs: float = 25.0
     trace_every_steps: Optional[int] = None
     warm_start_from: Optional[str] = None
     exports: Tuple[str, ...] = export.EXPORTS
@@ -134,7 +139,7 @@ class JobConfig:
                 "model_to_estimator starts from the Keras model's own weights. Load them in "
                 "your build function with model.load_weights(...) instead."
             )
-        for name in ("startup_timeout", "stall_timeout"):
+        for name in ("startup_timeout", "stall_timeout", "preemption_grace_secs"):
             if getattr(self, name) <= 0:
                 raise UsageError(f"{name} must be positive, received {getattr(self, name)}.")
         if self.trace_every_steps is not None and self.trace_every_steps < 1:

@@ -206,6 +206,16 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         lower_bound=1.0,
         flag_values=f,
     )
+    flags.DEFINE_float(
+        "preemption_grace_secs",
+        25,
+        "On SIGTERM or SIGINT every task stops at one global step, the chief checkpoints it "
+        "and all exit 155 (retryable, no step lost); this many seconds after the signal a "
+        "task exits even if the job could not stop. Keep it below the platform's grace "
+        "period (Kubernetes terminationGracePeriodSeconds, default 30).",
+        lower_bound=1.0,
+        flag_values=f,
+    )
     flags.DEFINE_integer(
         "trace_every_steps",
         None,
@@ -341,6 +351,7 @@ def job_from_flags(f: flags.FlagValues = flags.FLAGS) -> JobConfig:
             eval_throttle_secs=f.eval_throttle_secs,
             startup_timeout=f.startup_timeout,
             stall_timeout=f.stall_timeout,
+            preemption_grace_secs=f.preemption_grace_secs,
             trace_every_steps=f.trace_every_steps,
         )
     except UsageError:

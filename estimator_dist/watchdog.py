@@ -112,6 +112,8 @@ class Watchdog:
         loop that ends below it is fatal. None when a task may stop alone.
       alone: This is a single process: a loop ending below `last_step` is
         only a warning, and no peers are probed.
+      preempted: Returns whether a preemption is stopping the job, which
+        ends the loop below `last_step` on purpose.
       exit_fn: Called as `exit_fn(role, code, cause)`; `fail` by default.
       clock: Monotonic clock, replaceable in tests.
     """
@@ -126,9 +128,11 @@ class Watchdog:
         exit_fn: Callable[[str, int, str], None] = fail,
         clock: Callable[[], float] = time.monotonic,
         alone: bool = False,
+        preempted: Callable[[], bool] = lambda: False,
     ) -> None:
         self._role = role
         self._alone = alone
+        self._preempted = preempted
         self._peers = dict(peers)
         self._startup_timeout = startup_timeout
         self._stall_timeout = stall_timeout
@@ -233,7 +237,7 @@ class Watchdog:
 
     def training_ended(self, step: int) -> None:
         """Ends the process when this task's training loop ended before the last step."""
-        if self._last_step is None or step >= self._last_step:
+        if self._last_step is None or step >= self._last_step or self._preempted():
             return
         if self._alone:
             logging.warning(INPUT_ENDED_ALONE.format(step=step, last=self._last_step))

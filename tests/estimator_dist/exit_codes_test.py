@@ -56,6 +56,7 @@ def test_named_codes_are_the_documented_ones():
         "STALLED": 152,
         "SESSION_RECOVERY": 153,
         "PORT_IN_USE": 154,
+        "PREEMPTED": 155,
     }
 
 

@@ -214,19 +214,76 @@ def test_worker_whose_input_runs_out_fails_the_job(tmp_path, data_dir):
     with Background("estimator_dist.launch", args) as launcher:
         code = launcher.wait(timeout=300)
     output = launcher.output
-    assert code == exit_codes.STALLED, output
+    assert code == exit_codes.INPUT_EXHAUSTED, output
     # The worker fails itself, before its session closes, naming the cause...
     assert re.search(
-        r"task worker-0 failed \(exit 152\): training on this task ended at global step "
+        r"task worker-0 failed \(exit 6\): training on this task ended at global step "
         r"\d+, before --train_steps=300: its input ran out",
         output,
     ), output
-    # ...and the launcher blames it, even when the chief's lost-peer exit came first.
+    # ...the launcher blames it, even when the chief's lost-peer exit came first, and does not
+    # restart: the same input would run out at the same place.
     failures = re.findall(r"\[launcher\] attempt \d failed: (.*); stopped every task", output)
-    assert len(failures) == 2, output
-    assert all(f.startswith("worker-0 exited with code 152 (STALLED)") for f in failures), output
-    assert output.count("restarting the whole cluster") == 1
-    assert "job failed (no restarts left)" in output
+    assert len(failures) == 1, output
+    assert failures[0].startswith("worker-0 exited with code 6 (INPUT_EXHAUSTED)"), output
+    assert "restarting the whole cluster" not in output
+    assert "job failed (not retryable)" in output
+
+
+# --- preemption: SIGTERM stops every task at one step, checkpointed ----------------
+
+
+@pytest.mark.parametrize("signalled", [["worker-0"], ["chief-0"], ["chief-0", "worker-0"]])
+def test_sigterm_stops_every_task_at_one_checkpointed_step(tmp_path, data_dir, signalled):
+    # As a platform runs it: tasks started with TF_CONFIG, no launcher, checkpoints far apart.
+    jobs = local_jobs(2)
+    configs = tf_configs(jobs)
+    args = task_args(
+        tmp_path,
+        data_dir,
+        "--train_steps=100000",
+        "--save_checkpoints_steps=1000000",
+        "--eval_distribution_strategy=off",
+    )
+    with tasks(configs, args) as procs:
+        at_signal = wait_for_step(procs["chief-0"], 100, 120)
+        for role in signalled:
+            procs[role].process.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        codes = {role: p.wait(timeout=60) for role, p in procs.items()}
+        elapsed = time.monotonic() - sent
+    output = all_output(procs)
+    stop = int(re.search(r"every task stops at global step (\d+)", output).group(1))
+    print(f"signalled {signalled} at step {at_signal}: all exited in {elapsed:.2f} s, stop {stop}")
+    assert codes == {"chief-0": exit_codes.PREEMPTED, "worker-0": exit_codes.PREEMPTED}, output
+    assert exit_codes.is_retryable(exit_codes.PREEMPTED)
+    assert elapsed < 10, output
+    assert stop >= at_signal, output
+    latest = tf.train.latest_checkpoint(str(tmp_path))
+    assert latest.endswith(f"model.ckpt-{stop}"), (latest, output)
+    for role in configs:
+        assert f"task {role} failed (exit 155): stopped for a preemption at global step {stop}" in (
+            output
+        )
+
+
+def test_a_preempted_job_resumes_from_its_stop_step_and_loses_none(tmp_path, data_dir):
+    configs = tf_configs(local_jobs(2))
+    args = task_args(tmp_path, data_dir, "--save_checkpoints_steps=1000000")
+    with tasks(configs, [*args, "--train_steps=100000"]) as procs:
+        wait_for_step(procs["chief-0"], 50, 120)
+        procs["worker-0"].process.send_signal(signal.SIGTERM)
+        assert procs["chief-0"].wait(timeout=60) == exit_codes.PREEMPTED, all_output(procs)
+    stop = int(tf.train.load_checkpoint(str(tmp_path)).get_tensor("global_step"))
+    # Restarted with the same ports taken anew, as a scheduler would: the first step it runs is
+    # the one after the preemption's, and it ends at exactly --train_steps.
+    last = stop + 40
+    with tasks(tf_configs(local_jobs(2)), [*args, f"--train_steps={last}"]) as procs:
+        first = wait_for_step(procs["chief-0"], 0, 120, r"^I.*\] loss = .*step = (\d+)")
+        codes = {role: p.wait(timeout=120) for role, p in procs.items()}
+    assert codes == {"chief-0": 0, "worker-0": 0}, all_output(procs)
+    assert first == stop, f"resumed at step {first}, the preemption saved step {stop}"
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith(f"model.ckpt-{last}")
 
 
 @pytest.mark.parametrize("case", ["extra worker", "reordered"])

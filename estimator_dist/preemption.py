@@ -1,0 +1,320 @@
+"""Preemption checkpoint: on SIGTERM, every task stops at one global step and the chief saves it.
+
+Clusters stop pods on purpose (evictions, node upgrades, spot VMs): SIGTERM,
+a grace period, then SIGKILL. TensorFlow saves on SIGTERM only for Keras and
+custom loops; an Estimator job loses every step since its last checkpoint,
+and in a collective job the signalled task's exit also fails the others.
+
+Here, any task that receives SIGTERM or SIGINT asks the chief, through a file
+in the shared `model_dir/preemption/`, to stop the job. The chief is the one
+decider: it picks a global step far enough ahead for every task to read its
+decision first (`stop_at`, about `LEAD_SECS` of steps at the speed it
+measures), and writes it. Each training task's hook asks its session to stop
+after that step, exactly as `max_steps` ends training, so every task leaves
+the same step, the chief's `CheckpointSaverHook` writes the checkpoint of
+that step on its way out, and each task exits `PREEMPTED` (155, retryable):
+restarted, the job resumes from that step and loses none.
+
+The signal is noticed by a thread (`signal.set_wakeup_fd`), so it is seen
+even while the main thread waits inside a collective; if the job cannot stop
+within `grace_secs` (a peer is gone), the task exits 155 anyway and the
+restart resumes from the latest periodic checkpoint. The evaluator exits at
+once (it holds no training state). With parameter servers, training is not
+in lockstep: the chief stops at the first step after the decision, saves,
+and marks the decision done; workers stop when they see the decision, and ps
+tasks wait for the chief's mark before they exit.
+
+The chief clears the directory when its session starts, and a decision
+older than the step a task's session started from is ignored, so a restarted
+job is not stopped by the previous attempt's files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import socket
+import threading
+import time
+from typing import Callable, Optional
+
+import tensorflow as tf
+from absl import logging
+
+from estimator_dist import exit_codes
+from estimator_dist.watchdog import fail
+
+#: Directory of `model_dir` where requests and the decision are written.
+PREEMPTION_DIR = "preemption"
+#: The chief's decision: `{"stop_at": step, "requested_by": role, "done": bool}`.
+DECISION_FILE = "decision.json"
+#: Seconds of training between the decision and the step every task stops at.
+LEAD_SECS = 1.0
+#: At most this many steps between the decision and the stop step, however fast steps are.
+MAX_LEAD_STEPS = 10_000
+#: Signals that mean "stop now, keep what was trained".
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: What a task does on a preemption, by its kind.
+KINDS = ("chief", "worker", "ps", "evaluator")
+
+
+def _write_json(path: str, data: dict) -> None:
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with tf.io.gfile.GFile(temporary, "w") as stream:
+        stream.write(json.dumps(data))
+    tf.io.gfile.rename(temporary, path, overwrite=True)
+
+
+def _read_json(path: str) -> Optional[dict]:
+    try:
+        with tf.io.gfile.GFile(path) as stream:
+            return json.loads(stream.read())
+    except (tf.errors.NotFoundError, ValueError):
+        return None
+
+
+class Preemption:
+    """Turns SIGTERM/SIGINT into a checkpoint at one step every task agrees on.
+
+    Args:
+      role: This task's name, e.g. `worker-1`.
+      model_dir: The job's shared model_dir.
+      kind: `chief` (decides the stop step and saves; also a single
+        process), `worker`, `ps` (waits for the chief's save) or `evaluator`
+        (exits at once, leaving training alone).
+      lockstep: Training is synchronous (collectives): every task must stop
+        at the same step. False with parameter servers.
+      grace_secs: Seconds from the signal to a forced exit.
+      poll_secs: How often the files are read.
+      exit_fn: Called as `exit_fn(role, code, cause)`; `watchdog.fail` by default.
+    """
+
+    def __init__(
+        self,
+        role: str,
+        model_dir: str,
+        kind: str,
+        lockstep: bool = True,
+        grace_secs: float = 25.0,
+        poll_secs: float = 0.1,
+        exit_fn: Callable[[str, int, str], None] = fail,
+    ) -> None:
+        self._role = role
+        self._dir = os.path.join(model_dir, PREEMPTION_DIR)
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, received {kind!r}.")
+        self._kind = kind
+        self._is_chief = kind == "chief"
+        self._lockstep = lockstep
+        self._grace_secs = grace_secs
+        self._poll_secs = poll_secs
+        self._exit = exit_fn
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._signalled_at: Optional[float] = None
+        self._start_step: Optional[int] = None
+        self._step: Optional[int] = None
+        self._step_secs: Optional[float] = None
+        self._last_step_time: Optional[float] = None
+        self.stop_at: Optional[int] = None
+
+    @property
+    def requested(self) -> bool:
+        """Whether this job is stopping for a preemption."""
+        return self.stop_at is not None or self._signalled_at is not None
+
+    def install(self) -> None:
+        """Catches SIGTERM and SIGINT and starts the thread that acts on them and on the files.
+
+        Must be called from the main thread (Python installs signal handlers there).
+        """
+        tf.io.gfile.makedirs(self._dir)
+        reader, writer = socket.socketpair()
+        writer.setblocking(False)
+        for number in SIGNALS:
+            signal.signal(number, lambda signum, frame: None)
+        signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        self._wakeup = (reader, writer)
+        threading.Thread(target=self._wait_for_signal, args=(reader,), daemon=True).start()
+        threading.Thread(target=self._poll, daemon=True).start()
+
+    def uninstall(self) -> None:
+        """Stops the threads and restores default signal handling."""
+        self._stop.set()
+        signal.set_wakeup_fd(-1)
+        for number in SIGNALS:
+            signal.signal(number, signal.SIG_DFL)
+
+    def _wait_for_signal(self, reader: socket.socket) -> None:
+        while not self._stop.is_set():
+            data = reader.recv(1)
+            if data and data[0] in [int(number) for number in SIGNALS]:
+                self.signalled(signal.Signals(data[0]).name)
+
+    def signalled(self, name: str = "SIGTERM") -> None:
+        """Records a preemption signal and asks the chief to stop the job."""
+        if self._kind == "evaluator":
+            self._exit(
+                self._role,
+                exit_codes.PREEMPTED,
+                f"received {name}; the evaluator holds no training state and exits at once "
+                "(training goes on; a restarted evaluator resumes from the latest checkpoint).",
+            )
+            return
+        with self._lock:
+            if self._signalled_at is not None:
+                return
+            self._signalled_at = time.monotonic()
+            step = self._step if self._step is not None else self._start_step
+        logging.warning(
+            "estimator_dist: task %s received %s at global step %s; stopping the job at a step "
+            "every task agrees on, with a checkpoint (grace %g s).",
+            self._role,
+            name,
+            step,
+            self._grace_secs,
+        )
+        request = {"role": self._role, "step": step, "signal": name}
+        _write_json(os.path.join(self._dir, f"request-{self._role}.json"), request)
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self._poll_secs):
+            self.poll_once()
+
+    def poll_once(self) -> None:
+        """Reads the files and acts: the polling thread's work, once."""
+        with self._lock:
+            signalled, start = self._signalled_at, self._start_step
+        if signalled is not None and time.monotonic() - signalled > self._grace_secs:
+            self._exit(
+                self._role,
+                exit_codes.PREEMPTED,
+                f"the job did not stop within the preemption grace of {self._grace_secs:g} s "
+                "(a peer may be gone); exiting so that the restart resumes from the latest "
+                "checkpoint.",
+            )
+            self._stop.set()
+        elif self._kind == "ps":
+            self._wait_for_save(signalled)
+        elif start is not None:
+            if self.stop_at is None:
+                self._read_decision(start)
+            if self._is_chief and self.stop_at is None:
+                self._decide(start)
+
+    def _wait_for_save(self, signalled: Optional[float]) -> None:
+        """A ps task leaves once the chief has saved, or the grace runs out."""
+        decision = _read_json(os.path.join(self._dir, DECISION_FILE))
+        if signalled is not None and decision is not None and decision.get("done"):
+            self._exit(
+                self._role,
+                exit_codes.PREEMPTED,
+                f"stopped for a preemption; the chief saved global step {decision['stop_at']}.",
+            )
+
+    def _read_decision(self, start: int) -> None:
+        decision = _read_json(os.path.join(self._dir, DECISION_FILE))
+        if decision is not None and decision["stop_at"] > start:
+            self.stop_at = decision["stop_at"]
+            logging.warning(
+                "estimator_dist: task %s will stop at global step %d (preemption of %s).",
+                self._role,
+                self.stop_at,
+                decision["requested_by"],
+            )
+
+    def _decide(self, start: int) -> None:
+        requests = [
+            _read_json(os.path.join(self._dir, name))
+            for name in tf.io.gfile.listdir(self._dir)
+            if name.startswith("request-") and name.endswith(".json")
+        ]
+        current = [r for r in requests if r is not None]
+        if not current:
+            return
+        with self._lock:
+            step, seconds = self._step, self._step_secs
+        step = start if step is None else step
+        lead = math.ceil(LEAD_SECS / seconds) if self._lockstep and seconds else 0
+        stop_at = step + min(max(lead, 2 if self._lockstep else 1), MAX_LEAD_STEPS)
+        decision = {"stop_at": stop_at, "requested_by": current[0]["role"], "done": False}
+        _write_json(os.path.join(self._dir, DECISION_FILE), decision)
+        self.stop_at = stop_at
+        logging.warning(
+            "estimator_dist: preemption of %s: every task stops at global step %d.",
+            current[0]["role"],
+            stop_at,
+        )
+
+    def session_started(self, step: int) -> None:
+        """Records the global step this session starts from (restored or 0).
+
+        The chief clears the previous attempt's requests and decision first.
+        """
+        if self._is_chief:
+            with self._lock:
+                signalled = self._signalled_at is not None
+            for name in tf.io.gfile.listdir(self._dir):
+                keep = ".tmp-" in name or (signalled and name == f"request-{self._role}.json")
+                if not keep:
+                    with contextlib.suppress(tf.errors.NotFoundError):
+                        tf.io.gfile.remove(os.path.join(self._dir, name))
+        with self._lock:
+            self._start_step = step
+
+    def step_done(self) -> bool:
+        """Counts one training step; returns whether the session must stop after it."""
+        now = time.monotonic()
+        with self._lock:
+            self._step = (self._step if self._step is not None else self._start_step or 0) + 1
+            if self._last_step_time is not None:
+                elapsed = now - self._last_step_time
+                self._step_secs = (
+                    elapsed if self._step_secs is None else 0.9 * self._step_secs + 0.1 * elapsed
+                )
+            self._last_step_time = now
+            step = self._step
+        if not self._lockstep:
+            # Each worker steps on its own: stop at the first step after the decision.
+            return self.stop_at is not None
+        return self.stop_at is not None and step >= self.stop_at
+
+    def finished(self) -> None:
+        """Called after training ended: exits `PREEMPTED` if a preemption stopped it."""
+        if not self.requested:
+            return
+        if self._is_chief:
+            decision = _read_json(os.path.join(self._dir, DECISION_FILE)) or {}
+            _write_json(os.path.join(self._dir, DECISION_FILE), {**decision, "done": True})
+        self._exit(
+            self._role,
+            exit_codes.PREEMPTED,
+            f"stopped for a preemption at global step {self._step} "
+            + ("with a checkpoint of that step" if self._is_chief else "(the chief saved it)")
+            + "; restart the job to resume from it.",
+        )
+
+    def hook(self) -> tf.compat.v1.train.SessionRunHook:
+        """The training hook: reads the start step, counts steps, stops at `stop_at`."""
+        return _PreemptionHook(self)
+
+
+class _PreemptionHook(tf.compat.v1.train.SessionRunHook):
+    def __init__(self, preemption: Preemption) -> None:
+        self._preemption = preemption
+        self._global_step: Optional[tf.Tensor] = None
+
+    def begin(self) -> None:
+        self._global_step = tf.compat.v1.train.get_global_step()
+
+    def after_create_session(self, session: tf.compat.v1.Session, coord: object) -> None:
+        self._preemption.session_started(int(session.run(self._global_step)))
+
+    def after_run(
+        self, run_context: tf.compat.v1.train.SessionRunContext, run_values: object
+    ) -> None:
+        if self._preemption.step_done():
+            run_context.request_stop()
