@@ -49,7 +49,10 @@ TARGETS = {
     "package / horovod": 1.0,
     "efficiency, 2 workers": 0.90,
     "startup seconds": 15.0,
+    "preemption watch on / off": 0.98,
 }
+#: The package with its SIGTERM watch turned off, for the cost of watching.
+PREEMPTION_OFF = (("preemption_checkpoint", "false"),)
 #: Two separate one-worker jobs at once: what the cores give with no synchronisation.
 HARDWARE_LIMIT = "hardware limit"
 #: 8 x 64 examples per worker in one step: what fewer synchronisations per example give.
@@ -232,6 +235,8 @@ def alternatives(settings: Settings, measure_fn: Callable[[Config], float]) -> d
                 Config("keras", workers=2, per_worker_batch=batch),
                 Config("keras", workers=2, per_worker_batch=batch, flags=KERAS_FASTEST),
             ]
+        if batch == 64:
+            rivals.append(Config(workers=2, per_worker_batch=batch, flags=PREEMPTION_OFF))
         if settings.horovod_python:
             rivals.append(Config("horovod", workers=2, per_worker_batch=batch))
         groups.append([Config("package", workers=2, per_worker_batch=batch), *rivals])
@@ -240,12 +245,17 @@ def alternatives(settings: Settings, measure_fn: Callable[[Config], float]) -> d
     for group, measured in zip(groups, samples):
         package = group[0]
         for rival in group[1:]:
-            variant = " (steps_per_execution=20)" if rival.flags else ""
+            if rival.flags == PREEMPTION_OFF:
+                name = target = "preemption watch on / off"
+            else:
+                variant = " (steps_per_execution=20)" if rival.flags else ""
+                target = f"package / {rival.contender}"
+                name = f"{target}{variant}"
             comparisons.append(
                 {
-                    "name": f"package / {rival.contender}{variant}",
+                    "name": name,
                     "per_worker_batch": package.per_worker_batch,
-                    "target": TARGETS[f"package / {rival.contender}"],
+                    "target": TARGETS[target],
                     **_ratio(measured, package, rival),
                 }
             )

@@ -413,6 +413,7 @@ def _start_preemption(job: JobConfig, cluster: ClusterConfig) -> Preemption:
         kind,
         lockstep=not cluster.num_ps,
         grace_secs=job.preemption_grace_secs,
+        enabled=job.preemption_checkpoint,
     )
     preemption.install()
     return preemption
@@ -527,7 +528,7 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     exporters = export.make_exporters(
         checked.feature_specs, job.exports, job.export_best_by, job.exports_to_keep
     )
-    hooks = [startup.hook(), preemption.hook()]
+    hooks = [startup.hook(), *preemption.hooks()]
     eval_hooks = [] if watchdog is None else [watchdog.eval_hook()]
     if isinstance(watchdog, Watchdog):
         hooks.append(watchdog.hook())

@@ -77,6 +77,9 @@ class JobConfig:
       stall_timeout: Seconds the global step may stay the same before the
         task fails; on the evaluator, seconds without a new checkpoint while
         the chief is unreachable.
+      preemption_checkpoint: Stop every task at one checkpointed step on
+        SIGTERM/SIGINT (`estimator_dist.preemption`); False leaves the
+        signals' default (the task dies at once).
       preemption_grace_secs: Seconds from SIGTERM/SIGINT to a forced exit,
         within which every task stops at one step and the chief saves it
         (`estimator_dist.preemption`); keep it below the platform's grace
@@ -109,6 +112,7 @@ class JobConfig:
     eval_throttle_secs: int = 5
     startup_timeout: float = 600.0
     stall_timeout: float = 120.0
+    preemption_checkpoint: bool = True
     preemption_grace_secs: float = 25.0
     trace_every_steps: Optional[int] = None
     warm_start_from: Optional[str] = None

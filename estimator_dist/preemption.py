@@ -39,7 +39,7 @@ import signal
 import socket
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
 import tensorflow as tf
 from absl import logging
@@ -90,6 +90,8 @@ class Preemption:
       grace_secs: Seconds from the signal to a forced exit.
       poll_secs: How often the files are read.
       exit_fn: Called as `exit_fn(role, code, cause)`; `watchdog.fail` by default.
+      enabled: False leaves signals to their defaults and adds no hook
+        (`--nopreemption_checkpoint`).
     """
 
     def __init__(
@@ -101,7 +103,9 @@ class Preemption:
         grace_secs: float = 25.0,
         poll_secs: float = 0.1,
         exit_fn: Callable[[str, int, str], None] = fail,
+        enabled: bool = True,
     ) -> None:
+        self._enabled = enabled
         self._role = role
         self._dir = os.path.join(model_dir, PREEMPTION_DIR)
         if kind not in KINDS:
@@ -131,6 +135,8 @@ class Preemption:
 
         Must be called from the main thread (Python installs signal handlers there).
         """
+        if not self._enabled:
+            return
         tf.io.gfile.makedirs(self._dir)
         reader, writer = socket.socketpair()
         writer.setblocking(False)
@@ -143,6 +149,8 @@ class Preemption:
 
     def uninstall(self) -> None:
         """Stops the threads and restores default signal handling."""
+        if not self._enabled:
+            return
         self._stop.set()
         signal.set_wakeup_fd(-1)
         for number in SIGNALS:
@@ -297,9 +305,9 @@ class Preemption:
             + "; restart the job to resume from it.",
         )
 
-    def hook(self) -> tf.compat.v1.train.SessionRunHook:
-        """The training hook: reads the start step, counts steps, stops at `stop_at`."""
-        return _PreemptionHook(self)
+    def hooks(self) -> List[tf.compat.v1.train.SessionRunHook]:
+        """The training hook (reads the start step, counts steps, stops at `stop_at`), if on."""
+        return [_PreemptionHook(self)] if self._enabled else []
 
 
 class _PreemptionHook(tf.compat.v1.train.SessionRunHook):

@@ -206,6 +206,13 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         lower_bound=1.0,
         flag_values=f,
     )
+    flags.DEFINE_boolean(
+        "preemption_checkpoint",
+        True,
+        "On SIGTERM or SIGINT, stop every task at one global step and checkpoint it (exit "
+        "155); --nopreemption_checkpoint leaves the signals' default.",
+        flag_values=f,
+    )
     flags.DEFINE_float(
         "preemption_grace_secs",
         25,
@@ -351,6 +358,7 @@ def job_from_flags(f: flags.FlagValues = flags.FLAGS) -> JobConfig:
             eval_throttle_secs=f.eval_throttle_secs,
             startup_timeout=f.startup_timeout,
             stall_timeout=f.stall_timeout,
+            preemption_checkpoint=f.preemption_checkpoint,
             preemption_grace_secs=f.preemption_grace_secs,
             trace_every_steps=f.trace_every_steps,
         )

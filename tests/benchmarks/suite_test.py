@@ -109,6 +109,8 @@ def test_report_from_measured_sections_has_targets_tables_and_plots(tmp_path):
     text = open(readme).read()
     assert "| package / handwritten (throughput ratio), 2 workers x 64 | >= 0.98 | 1.10" in text
     assert "| package / keras" in text
+    # The SIGTERM watch's cost, measured against the package with it off in the same rounds.
+    assert "| preemption watch on / off (throughput ratio), 2 workers x 64 | >= 0.98 | 1.00" in text
     assert "weak-scaling efficiency, mnist_cnn, 2 workers x 64, defaults | >= 0.9 | 0.90" in text
     # References (separate jobs, a larger batch) are never the best option at 64 per worker.
     assert "hardware limit | >=" not in text
