@@ -1,9 +1,10 @@
 """Cross-task pre-flight: every task of a cluster agrees on the job before training.
 
 TensorFlow never cross-checks TF_CONFIG between tasks: two tasks with the
-same index, or workers given differently ordered cluster lists, hang (see
-../shared/FACTS.md). Before TensorFlow starts its servers, the chief listens
-on its own port; every other training and parameter server task connects,
+same index, or workers given differently ordered cluster lists, hang
+(tests/estimator_dist/faults_test.py runs both). Before TensorFlow starts its
+servers, the chief listens on its own port; every other training and
+parameter server task connects,
 sends its view of the job (cluster list in order, model_dir, strategy and
 collective settings, steps, batch, versions) and waits for the verdict:
 

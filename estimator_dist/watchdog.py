@@ -1,11 +1,12 @@
 """Make a stuck or diverging task fail fast with a distinct exit code.
 
 TensorFlow 2.15 multi-worker Estimator training does not end by itself when
-something goes wrong (see ../shared/FACTS.md): a killed peer leaves the others
-looping, a peer that never starts blocks the rest, and a transient error makes
-one worker silently restore the last checkpoint on its own while the others
-go on. `Watchdog` runs a thread beside training and ends the process, with a
-message naming the task, the step and the cause, when:
+something goes wrong (tests/estimator_dist/faults_test.py shows each case): a
+killed peer leaves the others looping, a peer that never starts blocks the
+rest, and a transient error makes one worker silently restore the last
+checkpoint on its own while the others go on. `Watchdog` runs a thread
+beside training and ends the process, with a message naming the task, the
+step and the cause, when:
 
 * no training step completes before the start-up deadline (exit 151), naming
   the peers that cannot be reached;
