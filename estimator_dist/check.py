@@ -4,20 +4,28 @@
   python -m estimator_dist.check --num_workers=2 -- --model_fn=my.model:model_fn \\
       --input_fn=my.data:input_fn --model_dir=/tmp/check
 
-With `--script`, it reads the script's source (without running it) and
-reports `estimator.train(...)` calls, `save_checkpoints_secs=` and input_fns
-without `input_context`. With training flags after `--`, it runs the same
+With `--script`, it reads the script's source (without running it), says
+whether `python -m estimator_dist.launch --script=...` can run it as it is:
+
+  train.py: will run with --script: yes (calls tf.estimator.train_and_evaluate at line 48)
+  before.py: will run with --script: no: calls estimator.train(...) at line 55; replace it ...
+
+and reports `estimator.train(...)`/`evaluate(...)` calls, `TrainSpec`s
+without `max_steps`, `save_checkpoints_secs=` and input_fns without
+`input_context`. With training flags after `--`, it runs the same
 pre-flight as every task does before training: it resolves the names,
 reads the input_fn's first batch shapes, builds the model once and
 reports the pitfalls of a `--num_workers` job (input_fn without
 `input_context`, a Keras model that is not compiled, subclassed, or
 compiled with a non-legacy optimizer). Each finding comes with its fix.
-Exit code 0: nothing fatal; 2: at least one pitfall stops a multi-worker job.
+Exit code 0: nothing fatal; 2: at least one pitfall stops a multi-worker job
+(a script that calls estimator.train or has a TrainSpec without max_steps
+will not run with --script either).
 """
 
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import List, Sequence, Tuple
 
 from absl import app, flags
 
@@ -31,26 +39,35 @@ _NUM_WORKERS = flags.DEFINE_integer(
 )
 
 
-def check_scripts(paths: Sequence[str]) -> List[pitfalls.Pitfall]:
+def check_scripts(paths: Sequence[str]) -> Tuple[List[str], List[pitfalls.Pitfall]]:
     """Scans each file's source.
+
+    Returns:
+      One verdict line per script (`<path>: will run with --script: ...`) and
+      the pitfalls found.
 
     Raises:
       UsageError: if a file cannot be read or is not Python.
     """
     from estimator_dist.errors import UsageError
 
-    found = []
+    verdicts, found = [], []
     for path in paths:
         try:
             with open(path) as stream:
-                found += pitfalls.scan_source(stream.read(), path)
+                source = stream.read()
+            verdict = pitfalls.script_verdict(source, path)
+            scanned = pitfalls.scan_source(source, path)
         except OSError as error:
             raise UsageError(f"--script={path} cannot be read: {error.strerror}.") from None
         except SyntaxError as error:
             raise UsageError(
                 f"--script={path} is not valid Python (line {error.lineno}: {error.msg})."
             ) from None
-    return found
+        later = "; fix the pre-flight errors below" if any(p.fatal for p in scanned) else ""
+        verdicts.append(f"{path}: {verdict}{later if verdict.runs else ''}")
+        found += scanned
+    return verdicts, found
 
 
 def check_job(train_args: Sequence[str], num_workers: int) -> List[pitfalls.Pitfall]:
@@ -77,12 +94,12 @@ def main(argv: Sequence[str]) -> int:
             PROGRAM, "nothing to check: give --script=FILE and/or training flags after '--'."
         )
     try:
-        found = check_scripts(_SCRIPT.value)
+        verdicts, found = check_scripts(_SCRIPT.value)
         if train_args:
             found += check_job(train_args, _NUM_WORKERS.value)
     except UsageError as error:
         train.usage_exit(PROGRAM, str(error))
-    print(pitfalls.format_report(found), flush=True)
+    print("\n".join([*verdicts, pitfalls.format_report(found)]), flush=True)
     return 2 if any(pitfall.fatal for pitfall in found) else 0
 
 

@@ -29,14 +29,14 @@ import re
 import socket
 import time
 import types
-from typing import Any, Iterator, Mapping, Optional, Union
+from typing import Any, Iterator, Mapping, Optional
 
 import tensorflow as tf
 from absl import logging
 from tensorflow.python.autograph.impl.api import autograph_artifact
 
 from estimator_dist import export, user_code
-from estimator_dist.cluster import CHIEF, EVALUATOR, PS, ClusterConfig
+from estimator_dist.cluster import EVALUATOR, ClusterConfig
 from estimator_dist.cpus import allowed_cores, onednn_enabled
 from estimator_dist.errors import (
     CollectiveMismatchError,
@@ -46,8 +46,8 @@ from estimator_dist.errors import (
     UsageError,
     UserCodeError,
 )
+from estimator_dist.guards import start_preemption, start_watchdog
 from estimator_dist.job import JobConfig, check_micro_batches
-from estimator_dist.preemption import Preemption
 from estimator_dist.preflight import (
     Preflight,
     build_estimator,
@@ -58,7 +58,7 @@ from estimator_dist.preflight import (
 from estimator_dist.rendezvous import rendezvous
 from estimator_dist.startup import Startup
 from estimator_dist.user_code import bind_input_fn
-from estimator_dist.watchdog import EvaluatorWatchdog, Watchdog
+from estimator_dist.watchdog import Watchdog
 from input_fns import bad_data
 from run_config.run_config import make_run_config
 from run_config.strategies import Strategies, make_strategies
@@ -183,7 +183,7 @@ class MetricsExporter(tf.estimator.Exporter):
             "checkpoint": checkpoint_path,
             "final": bool(is_the_final_export),
         }
-        _write_json(self._path, record)
+        write_json(self._path, record)
         if is_the_final_export:
             self.final_metrics = metrics
         return self._path
@@ -196,7 +196,8 @@ def _to_json_number(value: Any) -> Any:
         return value
 
 
-def _write_json(path: str, data: Mapping[str, Any]) -> None:
+def write_json(path: str, data: Mapping[str, Any]) -> None:
+    """Writes `data` as JSON to `path` atomically (a temporary file, then a rename)."""
     temporary = f"{path}.tmp-{os.getpid()}"
     with tf.io.gfile.GFile(temporary, "w") as stream:
         stream.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
@@ -230,7 +231,8 @@ def format_metrics(metrics: Mapping[str, Any]) -> str:
     return f"global_step={step}, {rest}"
 
 
-def _library_versions() -> dict:
+def library_versions() -> dict:
+    """Versions of Python, TensorFlow and the packages a run record names."""
     versions = {"python": platform.python_version(), "tensorflow": tf.__version__}
     for distribution in ("tensorflow-estimator", "keras", "tensorflow-datasets", "estimator-dist"):
         try:
@@ -285,7 +287,7 @@ def make_run_record(
             "inter_op": job.run.inter_op_threads,
         },
         "cores": allowed_cores(),
-        "versions": _library_versions(),
+        "versions": library_versions(),
         "config": job.to_dict(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
@@ -401,68 +403,6 @@ def job_view(job: JobConfig, cluster: ClusterConfig) -> dict:
     }
 
 
-def _start_preemption(job: JobConfig, cluster: ClusterConfig) -> Preemption:
-    """Catches SIGTERM/SIGINT for the preemption checkpoint of this task."""
-    if cluster.task_type in (EVALUATOR, PS):
-        kind = cluster.task_type
-    else:
-        kind = "chief" if cluster.is_chief else "worker"
-    preemption = Preemption(
-        cluster.role,
-        job.run.model_dir,
-        kind,
-        lockstep=not cluster.num_ps,
-        grace_secs=job.preemption_grace_secs,
-        enabled=job.preemption_checkpoint,
-    )
-    preemption.install()
-    return preemption
-
-
-def _start_watchdog(
-    job: JobConfig, cluster: ClusterConfig, preemption: Preemption
-) -> Optional[Union[Watchdog, EvaluatorWatchdog]]:
-    """Starts the fail-fast watchdog of a single process, or a chief, worker or evaluator."""
-    if not cluster.is_distributed:
-        watchdog = Watchdog(
-            cluster.role,
-            {},
-            job.startup_timeout,
-            job.stall_timeout,
-            job.train_steps,
-            alone=True,
-            preempted=lambda: preemption.requested,
-        )
-        watchdog.start()
-        return watchdog
-    if cluster.task_type == PS:
-        return None
-    peers = {
-        f"{name}-{index}": address
-        for name, addresses in cluster.jobs.items()
-        for index, address in enumerate(addresses)
-        if (name, index) != (cluster.task_type, cluster.task_index)
-    }
-    if cluster.task_type == EVALUATOR:
-        watchdog = EvaluatorWatchdog(
-            cluster.role, job.run.model_dir, {"chief-0": cluster.jobs[CHIEF][0]}, job.stall_timeout
-        )
-    else:
-        # Collective training needs every worker at every step; with parameter
-        # servers a worker may stop alone.
-        last_step = None if cluster.jobs.get(PS) else job.train_steps
-        watchdog = Watchdog(
-            cluster.role,
-            peers,
-            job.startup_timeout,
-            job.stall_timeout,
-            last_step,
-            preempted=lambda: preemption.requested,
-        )
-    watchdog.start()
-    return watchdog
-
-
 def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]:
     """Runs `tf.estimator.train_and_evaluate` for this task of the job.
 
@@ -503,7 +443,9 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     run_config = make_run_config(job.run, train, strategies.eval_distribute)
     startup.mark("strategies")
     tf.io.gfile.makedirs(job.run.model_dir)
-    preemption = _start_preemption(job, cluster)
+    preemption = start_preemption(
+        cluster, job.run.model_dir, job.preemption_checkpoint, job.preemption_grace_secs
+    )
     rendezvous(cluster, job_view(job, cluster), job.startup_timeout)
     startup.mark("rendezvous")
     logging.info(
@@ -517,13 +459,20 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
         job.batch_size,
     )
     if cluster.is_chief:
-        _write_json(
+        write_json(
             os.path.join(job.run.model_dir, RUN_RECORD_FILE),
             make_run_record(job, cluster, strategies, num_replicas, checked),
         )
 
     estimator = _make_estimator(job, checked, run_config)
-    watchdog = _start_watchdog(job, cluster, preemption)
+    watchdog = start_watchdog(
+        cluster,
+        job.run.model_dir,
+        job.train_steps,
+        job.startup_timeout,
+        job.stall_timeout,
+        preemption,
+    )
     exporter = MetricsExporter(job.run.model_dir)
     exporters = export.make_exporters(
         checked.feature_specs, job.exports, job.export_best_by, job.exports_to_keep

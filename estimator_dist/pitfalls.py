@@ -7,6 +7,8 @@ before any task commits; a warning is logged and training goes on.
 
 >>> [p.code for p in scan_source("est.train(input_fn=fn, max_steps=10)")]
 ['estimator-train']
+>>> print(script_verdict("tf.estimator.train_and_evaluate(est, train_spec, eval_spec)"))
+will run with --script: yes (calls tf.estimator.train_and_evaluate at line 1)
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 #: An input_fn that cannot shard: every worker reads the same examples.
 NO_INPUT_CONTEXT = (
@@ -34,13 +36,24 @@ CHECKPOINT_SECS = (
     "deadlock' and silently switches to every 1000 steps). Fix: use save_checkpoints_steps "
     "(--save_checkpoints_steps) instead."
 )
-#: `estimator.train` refuses multi-worker mode.
+#: `estimator.train` and `estimator.evaluate` refuse multi-worker mode.
 ESTIMATOR_TRAIN = (
-    "{where}calls estimator.train(...), which raises 'Only STANDALONE_CLIENT mode is "
-    "supported when you call estimator.train' as soon as TF_CONFIG names a cluster. Fix: "
-    "use tf.estimator.train_and_evaluate(estimator, TrainSpec(...), EvalSpec(...)), which "
-    "is what `python -m estimator_dist.train` runs."
+    "{where}calls estimator.{method}(...), which cannot run on a task of a multi-worker "
+    "cluster: with a MultiWorkerMirroredStrategy it raises 'Only STANDALONE_CLIENT mode is "
+    "supported when you call estimator.{method}' as soon as TF_CONFIG names a cluster, and "
+    "without one the tasks wait for each other forever. Fix: use "
+    "tf.estimator.train_and_evaluate(estimator, TrainSpec(...), EvalSpec(...)), which is what "
+    "`python -m estimator_dist.train` runs and what `--script` distributes."
 )
+#: A TrainSpec without `max_steps`.
+NO_MAX_STEPS = (
+    "{where}TrainSpec(...) sets no max_steps, so on several workers training runs until an "
+    "input runs out: the worker whose input ends first leaves the others waiting, and the "
+    "evaluator waits for a last step that never comes. Fix: make the training input repeat "
+    "(dataset.repeat()) and pass TrainSpec(input_fn, max_steps=N)."
+)
+#: Keyword arguments that mark a call of `Estimator.train`/`evaluate`.
+_ESTIMATOR_CALL_KEYWORDS = {"input_fn", "steps", "max_steps", "hooks", "checkpoint_path"}
 #: A Keras model handed to the bridge without `compile`.
 KERAS_NOT_COMPILED = (
     "--keras_model={name} returned a model that is not compiled; model_to_estimator "
@@ -120,14 +133,42 @@ def check_keras_model(model: Any, name: str) -> List[Pitfall]:
     return found
 
 
+def _is_estimator_call(node: ast.Call) -> Optional[str]:
+    """`train` or `evaluate` when `node` looks like a call of `Estimator.train`/`evaluate`.
+
+    `<x>.train(...)` with any argument counts; `<x>.evaluate(...)` only with an
+    Estimator keyword or an input function as first argument, since
+    `model.evaluate(x, y)` is Keras.
+    """
+    function = node.func
+    if not isinstance(function, ast.Attribute) or function.attr not in ("train", "evaluate"):
+        return None
+    keywords = {keyword.arg for keyword in node.keywords}
+    if keywords & _ESTIMATOR_CALL_KEYWORDS:
+        return function.attr
+    if function.attr == "train":
+        return function.attr if node.args else None
+    first = node.args[0] if node.args else None
+    named = getattr(first, "id", None) or getattr(first, "attr", None) or ""
+    return function.attr if isinstance(first, ast.Lambda) or "input" in named else None
+
+
+def _called_name(node: ast.Call) -> Optional[str]:
+    function = node.func
+    if isinstance(function, ast.Attribute):
+        return function.attr
+    return function.id if isinstance(function, ast.Name) else None
+
+
 def scan_source(source: str, filename: str = "<script>") -> List[Pitfall]:
     """Finds multi-worker pitfalls in the source of a legacy Estimator script.
 
     Looks for `<estimator>.train(...)` calls (any call of a `train` attribute
-    with `input_fn`, `steps` or `max_steps`), `save_checkpoints_secs=` in any
-    call, and training input_fns (functions whose name ends in `input_fn`
-    and does not contain `eval`: evaluation runs on one task) that take no
-    `input_context`.
+    with arguments) and `<estimator>.evaluate(...)` calls (with Estimator's
+    keywords or an input function), `save_checkpoints_secs=` in any call,
+    `TrainSpec(...)` without `max_steps`, and training input_fns (functions
+    whose name ends in `input_fn` and does not contain `eval`: evaluation runs
+    on one task) that take no `input_context`.
 
     Args:
       source: Python source code.
@@ -139,20 +180,27 @@ def scan_source(source: str, filename: str = "<script>") -> List[Pitfall]:
     Raises:
       SyntaxError: if `source` is not Python.
     """
+    return [pitfall for _, pitfall in _scan(ast.parse(source, filename), filename)]
+
+
+def _scan(tree: ast.AST, filename: str) -> List[Tuple[int, Pitfall]]:
+    """`scan_source` with the line of each pitfall, in source order."""
     found = []
-    for node in ast.walk(ast.parse(source, filename)):
+    for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)
         where = f"{filename}:{line}: "
         if isinstance(node, ast.Call):
             keywords = {keyword.arg for keyword in node.keywords}
-            function = node.func
-            if (
-                isinstance(function, ast.Attribute)
-                and function.attr == "train"
-                and (keywords & {"input_fn", "steps", "max_steps"} or node.args)
-            ):
-                message = ESTIMATOR_TRAIN.format(where=where)
-                found.append((line, Pitfall("estimator-train", message, True)))
+            method = _is_estimator_call(node)
+            if method:
+                message = ESTIMATOR_TRAIN.format(where=where, method=method)
+                found.append((line, Pitfall(f"estimator-{method}", message, True)))
+            # A `**kwargs` or `*args` argument may hold max_steps.
+            splat = None in keywords or any(isinstance(a, ast.Starred) for a in node.args)
+            spec_without_steps = not splat and "max_steps" not in keywords and len(node.args) < 2
+            if _called_name(node) == "TrainSpec" and spec_without_steps:
+                message = NO_MAX_STEPS.format(where=where)
+                found.append((line, Pitfall("no-max-steps", message, True)))
             if "save_checkpoints_secs" in keywords:
                 message = CHECKPOINT_SECS.format(
                     where=where, value="", strategy="MultiWorkerMirroredStrategy"
@@ -164,7 +212,72 @@ def scan_source(source: str, filename: str = "<script>") -> List[Pitfall]:
             if training and "input_context" not in arguments:
                 message = NO_INPUT_CONTEXT.format(name=f"{where}{node.name}", workers="N")
                 found.append((line, Pitfall("no-input-context", message, False)))
-    return [pitfall for _, pitfall in sorted(found, key=lambda item: item[0])]
+    return sorted(found, key=lambda item: item[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class ScriptVerdict:
+    """Whether `--script` can run a legacy script, read from its source.
+
+    Attributes:
+      runs: Whether the script calls `train_and_evaluate` and nothing that stops
+        a multi-worker task.
+      reason: Why, with the line and the fix when it does not run.
+    """
+
+    runs: bool
+    reason: str
+
+    def __str__(self) -> str:
+        if self.runs:
+            return f"will run with --script: yes ({self.reason})"
+        return f"will run with --script: no: {self.reason}"
+
+
+#: What each pitfall that stops `--script` says in the verdict, and its fix.
+_STOPS_SCRIPT = {
+    "estimator-train": "calls estimator.train(...) at line {line}; replace it with "
+    "tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)",
+    "estimator-evaluate": "calls estimator.evaluate(...) at line {line}; evaluation runs in "
+    "train_and_evaluate's evaluator task, which writes model_dir/eval_metrics.json",
+    "no-max-steps": "TrainSpec(...) at line {line} sets no max_steps; make the training input "
+    "repeat and pass max_steps=N",
+}
+
+
+def script_verdict(source: str, filename: str = "<script>") -> ScriptVerdict:
+    """Reads a legacy script's source and says whether `--script` can run it.
+
+    It can when the script calls `train_and_evaluate` and no `estimator.train`
+    or `estimator.evaluate`, and every `TrainSpec` sets `max_steps`. A call
+    made in another module the script imports is not seen.
+
+    Args:
+      source: Python source code.
+      filename: Shown in the messages.
+
+    Returns:
+      The verdict; its `str` is one line for the user.
+
+    Raises:
+      SyntaxError: if `source` is not Python.
+    """
+    tree = ast.parse(source, filename)
+    for line, pitfall in _scan(tree, filename):
+        if pitfall.code in _STOPS_SCRIPT:
+            return ScriptVerdict(False, _STOPS_SCRIPT[pitfall.code].format(line=line))
+    calls = sorted(
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and _called_name(node) == "train_and_evaluate"
+    )
+    if not calls:
+        return ScriptVerdict(
+            False,
+            "it never calls tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec), "
+            "the call --script distributes; train and evaluate through it",
+        )
+    return ScriptVerdict(True, f"calls tf.estimator.train_and_evaluate at line {calls[0]}")
 
 
 def format_report(pitfalls: List[Pitfall]) -> str:

@@ -1,17 +1,166 @@
-"""End to end: real worker processes over real gRPC collectives, via the launcher."""
+"""The launcher: its decisions as units, then real worker processes over real gRPC collectives."""
 
+import io
 import os
 import re
 import signal
+import time
 
 import pytest
 import tensorflow as tf
 
+from estimator_dist import exit_codes
+from estimator_dist.cluster import make_local_cluster
 from estimator_dist.cpus import split_cores
+from estimator_dist.launch import (
+    Failure,
+    Launcher,
+    RestartPolicy,
+    Task,
+    describe_exit,
+    model_dir_of,
+    normalise_cause,
+)
 from run_config.strategies import NCCL_WITHOUT_GPU_MESSAGE
 from tests.procs import Background, run_module
 
 TIMEOUT = 240
+
+
+# --- decisions, no process started -------------------------------------------------
+
+
+def early_exit(tmp_path, name, step, steps_name="--train_steps", train_steps=100, reported=None):
+    """The Failure the launcher makes of task `name` exiting 0 with the checkpoint at `step`."""
+    launcher = Launcher([], str(tmp_path), lambda: step, out=io.StringIO(), steps_name=steps_name)
+    launcher.reported_steps = reported
+    tasks = {
+        Task(config, None, None).name: Task(config, None, None)
+        for config in make_local_cluster(2, [20001, 20002], evaluator=True).tasks
+    }
+    launcher.tasks = list(tasks.values())
+    launcher._exits.put((tasks[name], 0))
+    # A task that finished its part leaves supervise waiting for the others until the deadline.
+    deadline = time.monotonic() + 0.5
+    return launcher.supervise(deadline, train_steps, finish_timeout=60, root_cause_secs=0.1)
+
+
+@pytest.mark.parametrize("name", ["chief", "worker-0"])
+def test_a_training_task_exiting_0_early_ran_out_of_input(tmp_path, name):
+    failure = early_exit(tmp_path, name, step=40)
+    assert failure.exit_code == exit_codes.INPUT_EXHAUSTED
+    assert not failure.retryable
+    assert failure.cause.startswith(
+        f"{name} exited with code 0 while the latest checkpoint is at step 40, before "
+        "--train_steps=100: its training input ran out"
+    )
+    assert "repeat (dataset.repeat())" in failure.cause
+    assert "let --train_steps end training" in failure.cause
+
+
+def test_a_script_task_exiting_0_early_is_measured_against_the_step_it_printed(tmp_path):
+    failure = early_exit(
+        tmp_path, "worker-0", step=40, steps_name="max_steps", train_steps=None, reported=300
+    )
+    assert failure.exit_code == exit_codes.INPUT_EXHAUSTED
+    assert "before max_steps=300" in failure.cause
+    finished = early_exit(tmp_path, "worker-0", step=300, train_steps=None, reported=300)
+    assert finished == Failure(
+        "timed out (--timeout_secs) waiting for chief, evaluator", exit_codes.FAILURE
+    )
+
+
+def test_an_evaluator_exiting_0_is_no_input_failure(tmp_path):
+    failure = early_exit(tmp_path, "evaluator", step=40)
+    assert failure == Failure(
+        "timed out (--timeout_secs) waiting for chief, worker-0", exit_codes.FAILURE
+    )
+
+
+@pytest.mark.parametrize(
+    "code, name",
+    [
+        (exit_codes.USER_CODE, "USER_CODE"),
+        (exit_codes.INPUT_EXHAUSTED, "INPUT_EXHAUSTED"),
+        (exit_codes.COLLECTIVE_MISMATCH, "COLLECTIVE_MISMATCH"),
+        (exit_codes.EVAL_UNENDING, "EVAL_UNENDING"),
+    ],
+)
+def test_deterministic_failures_are_named_and_not_retried(code, name):
+    assert describe_exit(code) == f"exited with code {code} ({name})"
+    failure = Failure(f"chief {describe_exit(code)}", code)
+    assert not failure.retryable
+    assert RestartPolicy(max_restarts=3).give_up(failure, step=0) == "not retryable"
+
+
+def test_restarts_until_the_same_failure_comes_back_at_the_same_step():
+    policy = RestartPolicy(max_restarts=5)
+    killed = Failure("worker-0 was killed by SIGKILL", 137)
+    assert policy.give_up(killed, step=50) is None
+    assert policy.give_up(killed, step=100) is None  # Progress since: a restart may help.
+    assert policy.give_up(Failure("chief was killed by SIGKILL", 137), step=100) is None
+    assert policy.give_up(killed, step=100) == (
+        "the same failure (worker-0 was killed by SIGKILL) at checkpoint step 100 twice: "
+        "not retrying"
+    )
+
+
+def test_the_same_cause_is_recognised_across_pids_ports_timings_and_reporters():
+    first = (
+        "worker-0 exited with code 150 (PEER_FAILURE): AbortedError at global step 57 after "
+        "12.3 s (Socket closed; peer chief-0 localhost:41234, pid 812) (chief exited first, "
+        "with code 150, as it lost this peer)"
+    )
+    second = (
+        "worker-0 exited with code 150 (PEER_FAILURE): AbortedError at global step 61 after "
+        "9.8 s (Socket closed; peer chief-0 localhost:39011, pid 1290)"
+    )
+    assert normalise_cause(first) == normalise_cause(second)
+    policy = RestartPolicy(max_restarts=3)
+    assert policy.give_up(Failure(first, 150), step=100) is None
+    assert policy.give_up(Failure(second, 150), step=100).startswith(
+        f"the same failure ({second}) at checkpoint step 100 twice"
+    )
+
+
+@pytest.mark.parametrize(
+    "one, other",
+    [
+        ("worker-0 exited with code 150 (PEER_FAILURE)", "worker-0 exited with code 152 (STALLED)"),
+        ("worker-0 was killed by SIGKILL", "worker-1 was killed by SIGKILL"),
+    ],
+)
+def test_different_causes_stay_different(one, other):
+    assert normalise_cause(one) != normalise_cause(other)
+    policy = RestartPolicy(max_restarts=3)
+    assert policy.give_up(Failure(one, 150), step=100) is None
+    assert policy.give_up(Failure(other, 150), step=100) is None
+
+
+def test_restarts_run_out():
+    policy = RestartPolicy(max_restarts=1)
+    assert policy.give_up(Failure("chief was killed by SIGKILL", 137), step=10) is None
+    assert policy.give_up(Failure("chief was killed by SIGKILL", 137), step=20) == (
+        "no restarts left"
+    )
+
+
+@pytest.mark.parametrize(
+    "args, model_dir",
+    [
+        (["--model_dir=/tmp/a", "--max_steps=3"], "/tmp/a"),
+        (["--max_steps", "3", "--model_dir", "/tmp/b"], "/tmp/b"),
+        (["--job-dir=gs://bucket/run"], "gs://bucket/run"),
+        (["--model-dir", "/tmp/c"], "/tmp/c"),
+        (["--max_steps=3"], None),
+        (["--model_dir"], None),
+    ],
+)
+def test_model_dir_of_a_scripts_arguments(args, model_dir):
+    assert model_dir_of(args) == model_dir
+
+
+# --- real processes ------------------------------------------------------------------
 
 
 def launch(tmp_path, data_dir, launcher_args, train_args, check=True):
@@ -139,9 +288,10 @@ def test_failing_task_stops_every_task(tmp_path, data_dir):
         ["--train_steps=1000", "--input_fn=tests.task_inputs:fails_on_worker"],
         check=False,
     )
-    assert run.returncode == 1, run.describe()
-    assert "[launcher] attempt 0 failed: worker-0 exited with code 1 (FAILURE)" in run.output
-    assert "injected input failure on the worker task" in run.output
+    # The input_fn raises in the worker's pre-flight: user code, which would raise again.
+    assert run.returncode == exit_codes.USER_CODE, run.describe()
+    assert "[launcher] attempt 0 failed: worker-0 exited with code 5 (USER_CODE)" in run.output
+    assert "raised RuntimeError: injected input failure on the worker task" in run.output
     assert "job failed (not retryable)" in run.output
     assert "restarting" not in run.output
     assert not os.path.exists(os.path.join(run.model_dir, "eval_metrics.json"))

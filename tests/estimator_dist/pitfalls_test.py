@@ -47,6 +47,71 @@ def test_scan_finds_each_pitfall_of_a_legacy_script_with_its_line():
     assert "Fix: use tf.estimator.train_and_evaluate" in found[2].message
 
 
+LEGACY_CALLS = textwrap.dedent(
+    """
+    import tensorflow as tf
+
+    estimator = tf.estimator.Estimator(model_fn, model_dir="/tmp/m")
+    train_spec = tf.estimator.TrainSpec(input_fn=train_fn)
+    eval_spec = tf.estimator.EvalSpec(eval_fn, steps=10)
+    metrics = estimator.evaluate(input_fn=eval_fn)
+    also = estimator.evaluate(eval_input_fn)
+    keras_model.evaluate(images, labels)
+    tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+    """
+)
+
+
+def test_scan_finds_evaluate_calls_and_a_train_spec_without_max_steps():
+    found = pitfalls.scan_source(LEGACY_CALLS, "run.py")
+    assert [(p.code, p.fatal) for p in found] == [
+        ("no-max-steps", True),
+        ("estimator-evaluate", True),
+        ("estimator-evaluate", True),
+    ]
+    assert found[0].message.startswith("run.py:5: TrainSpec(...) sets no max_steps")
+    assert found[1].message.startswith("run.py:7: calls estimator.evaluate(...), which cannot")
+    assert "Only STANDALONE_CLIENT mode is supported when you call estimator.evaluate" in (
+        found[1].message
+    )
+    assert found[2].message.startswith("run.py:8: calls estimator.evaluate(...)")
+
+
+@pytest.mark.parametrize(
+    "source, verdict",
+    [
+        (
+            "import tensorflow as tf\ntf.estimator.train_and_evaluate(est, train_spec, eval_spec)",
+            "will run with --script: yes (calls tf.estimator.train_and_evaluate at line 2)",
+        ),
+        (
+            "from tensorflow.compat.v1.estimator import train_and_evaluate\n"
+            "spec = TrainSpec(input_fn, max_steps=10)\n"
+            "train_and_evaluate(est, spec, eval_spec)",
+            "will run with --script: yes (calls tf.estimator.train_and_evaluate at line 3)",
+        ),
+        (
+            SCRIPT,
+            "will run with --script: no: calls estimator.train(...) at line 15; replace it with "
+            "tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)",
+        ),
+        (
+            LEGACY_CALLS,
+            "will run with --script: no: TrainSpec(...) at line 5 sets no max_steps; make the "
+            "training input repeat and pass max_steps=N",
+        ),
+        (
+            "estimator = make_estimator()\nrun(estimator)",
+            "will run with --script: no: it never calls tf.estimator.train_and_evaluate("
+            "estimator, train_spec, eval_spec), the call --script distributes; train and "
+            "evaluate through it",
+        ),
+    ],
+)
+def test_script_verdict(source, verdict):
+    assert str(pitfalls.script_verdict(source, "train.py")) == verdict
+
+
 def test_report_lists_fatal_pitfalls_first_and_says_when_there_are_none():
     report = pitfalls.format_report(pitfalls.scan_source(SCRIPT, "train.py")).splitlines()
     assert [line.split("]")[0] for line in report] == [
@@ -113,6 +178,9 @@ def test_preflight_refuses_a_fatal_pitfall_before_anything_is_written(tmp_path, 
 def test_check_command_reports_the_legacy_script_and_passes_its_migrated_version():
     before = run_module("estimator_dist.check", [f"--script={LEGACY}/before.py"], 120, check=False)
     assert before.returncode == 2, before.describe()
+    assert f"{LEGACY}/before.py: will run with --script: no: calls estimator.train(...)" in (
+        before.output
+    )
     assert "[checkpoint-secs]" in before.output and "[estimator-train]" in before.output
     assert "train_input_fn takes no `input_context`" in before.output
     after = run_module(

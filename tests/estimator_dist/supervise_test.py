@@ -115,8 +115,8 @@ def test_worker_exiting_0_before_the_last_step_fails(tmp_path):
     job.exit("worker-0", 0)
     failure = job.supervise()
     assert isinstance(failure, Failure)
-    assert failure.exit_code == exit_codes.STALLED
-    assert failure.retryable
+    assert failure.exit_code == exit_codes.INPUT_EXHAUSTED
+    assert not failure.retryable
     assert failure.cause.startswith("worker-0 exited with code 0")
     assert "step 40, before --train_steps=100" in failure.cause
 
@@ -125,7 +125,7 @@ def test_chief_exiting_0_before_the_last_step_fails(tmp_path):
     job = Job(tmp_path, step=0)
     job.exit("chief", 0)
     failure = job.supervise()
-    assert failure.exit_code == exit_codes.STALLED
+    assert failure.exit_code == exit_codes.INPUT_EXHAUSTED
     assert failure.cause.startswith("chief exited with code 0")
     assert "before --train_steps=100" in failure.cause
 
@@ -157,7 +157,7 @@ def test_a_lost_peer_exit_names_the_task_that_left_first(tmp_path, code, cause):
     failure = job.supervise(root_cause_secs=FAR)
     assert failure.cause.startswith(cause), failure.cause
     assert "(chief exited first, with code 150, as it lost this peer)" in failure.cause
-    assert failure.exit_code == (_exit_code_of(code) if code else exit_codes.STALLED)
+    assert failure.exit_code == (_exit_code_of(code) if code else exit_codes.INPUT_EXHAUSTED)
 
 
 def test_a_lost_peer_exit_waits_for_its_cause_only_so_long(tmp_path):
@@ -318,7 +318,8 @@ def test_finish_timeout_starts_at_the_first_training_task(tmp_path):
         (1, "exited with code 1 (FAILURE)"),
         (150, "exited with code 150 (PEER_FAILURE)"),
         (154, "exited with code 154 (PORT_IN_USE)"),
-        (7, "exited with code 7"),
+        (7, "exited with code 7 (COLLECTIVE_MISMATCH)"),
+        (9, "exited with code 9"),
         (-15, "was killed by SIGTERM"),
         (-9, "was killed by SIGKILL"),
     ],

@@ -190,7 +190,7 @@ def test_a_tensor_input_fn_trains_under_a_strategy(tmp_path):
     [
         (lambda: _dataset(), False),
         (lambda: _dataset().repeat(), True),
-        (lambda: _dataset().repeat().filter(lambda f, l: True), None),
+        (lambda: _dataset().repeat().filter(lambda features, labels: True), None),
         (_tensors, None),
     ],
 )
