@@ -89,6 +89,15 @@ PEER_ERRORS = (
 COLLECTIVE_ABORT = "Collective ops is aborted by"
 #: In the message of a collective whose tasks contributed tensors of different shapes.
 COLLECTIVE_SHAPE_MISMATCH = "Shape mismatch in the collective instance"
+#: In the error of a TF1 optimizer that cannot update variables under a strategy.
+DISTRIBUTED_HANDLE = "DistributedVariable.handle is not available"
+#: Names the optimizers behind `DISTRIBUTED_HANDLE`, and what to use instead.
+DISTRIBUTED_OPTIMIZER_HINT = (
+    "Some tf.compat.v1.train optimizers (ProximalAdagradOptimizer, AdagradDAOptimizer, "
+    "ProximalGradientDescentOptimizer) cannot update variables under a tf.distribute strategy, "
+    "in any TensorFlow 2.15 job; use AdagradOptimizer, FtrlOptimizer (which has l1 and l2 "
+    "regularization) or GradientDescentOptimizer. "
+)
 #: What a collective shape mismatch means, and its fixes.
 COLLECTIVE_MISMATCH_MESSAGE = (
     "{kind} at global step {step}: the tasks all-reduced tensors of different shapes ({summary}). "
@@ -475,7 +484,7 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     )
     exporter = MetricsExporter(job.run.model_dir)
     exporters = export.make_exporters(
-        checked.feature_specs, job.exports, job.export_best_by, job.exports_to_keep
+        checked.feature_specs, checked.exports, job.export_best_by, job.exports_to_keep
     )
     hooks = [startup.hook(), *preemption.hooks()]
     eval_hooks = [] if watchdog is None else [watchdog.eval_hook()]
@@ -509,10 +518,11 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
         raise
     except Exception as error:  # The user's model_fn, input_fn or hooks raised while training.
         logging.exception("Training raised:")
+        hint = DISTRIBUTED_OPTIMIZER_HINT if DISTRIBUTED_HANDLE in str(error) else ""
         raise UserCodeError(
-            f"training raised {type(error).__name__}: {error}. The traceback is in the log "
-            "above; the model_fn or input_fn would raise it again after a restart, so the job "
-            "stops. Fix the code and run again."
+            f"training raised {type(error).__name__}: {error}. {hint}The traceback is in the "
+            "log above; the model_fn or input_fn would raise it again after a restart, so the "
+            "job stops. Fix the code and run again."
         ) from None
     finally:
         skipped = bad_data.summary()

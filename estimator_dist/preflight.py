@@ -32,6 +32,14 @@ from model_fns.optimizers import MICRO_BATCH_COLLECTION
 
 TRAIN = tf.estimator.ModeKeys.TRAIN
 EVAL = tf.estimator.ModeKeys.EVAL
+PREDICT = tf.estimator.ModeKeys.PREDICT
+#: Logged when the model cannot be exported, and so no SavedModel is written.
+NO_EXPORT_MESSAGE = (
+    "{what} cannot build its PREDICT graph ({error}), so no SavedModel is exported (--export "
+    "is ignored); training and evaluation are not affected. To export, give the model_fn a "
+    "`mode == tf.estimator.ModeKeys.PREDICT` branch that returns "
+    "EstimatorSpec(mode, predictions=...)."
+)
 
 
 @contextlib.contextmanager
@@ -105,6 +113,21 @@ def dry_run_model_fn(estimator: tf.estimator.Estimator, probe: InputProbe, what:
         labels = None if probe.labels is None else _placeholders(probe.labels)
         estimator._call_model_fn(features, labels, TRAIN, estimator.config)
     return graph
+
+
+def predict_error(estimator: tf.estimator.Estimator, probe: InputProbe) -> Optional[str]:
+    """Builds the PREDICT graph an export needs; returns why it fails, or None.
+
+    Many legacy model_fns have no PREDICT branch; Estimator only finds out
+    when the evaluator exports, after training, so the job would fail there.
+    """
+    with tf.Graph().as_default():
+        tf.compat.v1.train.create_global_step()
+        try:
+            estimator._call_model_fn(_placeholders(probe.features), None, PREDICT, estimator.config)
+        except Exception as error:  # Any failure means: this model cannot be exported.
+            return f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+    return None
 
 
 def _check_accumulation(job: JobConfig, graph: tf.Graph) -> None:
@@ -188,6 +211,13 @@ def build_estimator(
             "tf.estimator.Estimator (or tf.compat.v1.estimator.*) built with the RunConfig it "
             "is given, such as tf.estimator.DNNClassifier(..., config=config)."
         )
+    if job.warm_start_from and estimator._warm_start_settings is None:
+        raise UsageError(
+            f"--warm_start_from={job.warm_start_from} did not reach the estimator that "
+            f"--estimator={job.estimator} built, which would start from fresh weights. Pass "
+            "it on in the builder: `warm_start_from=params['warm_start_from']` (the builder "
+            "must take `params`)."
+        )
     return estimator
 
 
@@ -213,6 +243,8 @@ class Preflight:
       feature_specs: Spec of the evaluation input's features, batch dimension
         included: a dict of `tf.TensorSpec`, or one for bare-tensor features.
       eval_steps: Batches each evaluation reads; None reads to the end.
+      exports: The SavedModels to export: the job's `exports`, or none when
+        the model cannot build a PREDICT graph.
       model_fn: The model_fn, or None when the job uses a Keras model or an
         estimator builder.
       pitfalls: Multi-worker pitfalls found (warnings only: fatal ones raise).
@@ -222,6 +254,7 @@ class Preflight:
     eval_input_fn: Callable
     feature_specs: Any
     eval_steps: Optional[int]
+    exports: Tuple[str, ...]
     model_fn: Optional[Callable]
     pitfalls: Tuple[pitfalls.Pitfall, ...] = ()
 
@@ -231,6 +264,18 @@ def _bind(name: str, flag: str, params: Mapping[str, Any]) -> Callable:
     user_code.check_input_fn_args(input_fn, name, flag)
     prepare_input(name, params)
     return user_code.bind_input_fn(input_fn, params)
+
+
+def _exports(
+    job: JobConfig, estimator: tf.estimator.Estimator, probe: InputProbe, what: str
+) -> Tuple[str, ...]:
+    if not job.exports:
+        return ()
+    error = predict_error(estimator, probe)
+    if error is None:
+        return job.exports
+    logging.warning("%s", NO_EXPORT_MESSAGE.format(what=what, error=error))
+    return ()
 
 
 def _eval_steps(job: JobConfig, probe: InputProbe) -> Optional[int]:
@@ -271,6 +316,7 @@ def preflight(job: JobConfig, num_workers: int = 1) -> Preflight:
     found = [pitfalls.check_input_fn(input_fn.user_fn, job.input_fn, num_workers)]
     config = tf.estimator.RunConfig(model_dir=job.run.model_dir)
     model_fn = None
+    exports = job.exports
     if job.keras_model:
         with tf.Graph().as_default():
             found += pitfalls.check_keras_model(
@@ -280,12 +326,14 @@ def preflight(job: JobConfig, num_workers: int = 1) -> Preflight:
         with tf.Graph().as_default():
             estimator = build_estimator(job, eval_probe.features, config)
         dry_run_model_fn(estimator, train_probe, f"--estimator={job.estimator}")
+        exports = _exports(job, estimator, eval_probe, f"--estimator={job.estimator}")
     else:
         model_fn = MODEL_FNS.get(job.model_fn)
         user_code.check_model_fn_args(model_fn, job.model_fn)
         estimator = model_fn_estimator(job, model_fn, config)
         graph = dry_run_model_fn(estimator, train_probe, f"--model_fn={job.model_fn}")
         _check_accumulation(job, graph)
+        exports = _exports(job, estimator, eval_probe, f"--model_fn={job.model_fn}")
     found = [pitfall for pitfall in found if pitfall is not None]
     if any(pitfall.fatal for pitfall in found):
         raise UsageError(pitfalls.format_report(found))
@@ -295,6 +343,7 @@ def preflight(job: JobConfig, num_workers: int = 1) -> Preflight:
         eval_input_fn,
         eval_probe.features,
         _eval_steps(job, eval_probe),
+        exports,
         model_fn,
         tuple(found),
     )

@@ -9,6 +9,7 @@ from estimator_dist.errors import UsageError, UserCodeError
 from estimator_dist.job import JobConfig
 from estimator_dist.preflight import preflight
 from run_config.run_config import RunConfigOptions
+from tests.procs import run_module
 
 HERE = __name__
 
@@ -144,3 +145,73 @@ def test_a_collective_shape_mismatch_is_not_a_lost_peer():
     assert explained.exit_code == exit_codes.COLLECTIVE_MISMATCH
     assert not exit_codes.is_retryable(explained.exit_code)
     assert "at global step 12: the tasks all-reduced tensors of different shapes" in str(explained)
+
+
+def train_only_model_fn(features, labels, mode):
+    # As the TF1 example of the migration guide: no PREDICT branch, labels always used.
+    prediction = tf.compat.v1.layers.dense(features["x"], 1)
+    loss = tf.compat.v1.losses.mean_squared_error(labels, tf.squeeze(prediction, 1))
+    step = tf.compat.v1.train.get_global_step()
+    train_op = tf.compat.v1.train.AdagradOptimizer(0.05).minimize(loss, step)
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def full_model_fn(features, labels, mode):
+    logits = tf.compat.v1.layers.dense(features["x"], 2)
+    if mode == tf.estimator.ModeKeys.PREDICT:
+        return tf.estimator.EstimatorSpec(mode, predictions={"logits": logits})
+    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+    step = tf.compat.v1.train.get_global_step()
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, step)
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def test_a_model_fn_without_predict_skips_exports_instead_of_failing_after_training(
+    tmp_path, caplog
+):
+    job = _job(tmp_path, model_fn=f"{HERE}:train_only_model_fn", input_fn=f"{HERE}:train_input_fn")
+    assert preflight(job).exports == ()
+    assert "cannot build its PREDICT graph" in caplog.text
+    assert "mode == tf.estimator.ModeKeys.PREDICT" in caplog.text
+    with_predict = JobConfig(**{**job.__dict__, "model_fn": f"{HERE}:full_model_fn"})
+    assert preflight(with_predict).exports == ("latest", "best")
+
+
+def build_ignoring_warm_start(config, params):
+    return build_v1_linear(config)
+
+
+def test_fail_with_a_warm_start_the_estimator_builder_drops(tmp_path):
+    job = _job(
+        tmp_path,
+        estimator=f"{HERE}:build_ignoring_warm_start",
+        input_fn=f"{HERE}:train_input_fn",
+        warm_start_from=str(tmp_path),
+    )
+    with pytest.raises(UsageError, match=r"warm_start_from=params\['warm_start_from'\]"):
+        preflight(job)
+
+
+def proximal_model_fn(features, labels, mode):
+    logits = tf.compat.v1.layers.dense(features["x"], 2)
+    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+    optimizer = tf.compat.v1.train.ProximalAdagradOptimizer(0.1)
+    train_op = optimizer.minimize(loss, tf.compat.v1.train.get_global_step())
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def test_an_optimizer_no_strategy_can_run_is_named_with_its_replacements(tmp_path):
+    run = run_module(
+        "estimator_dist.train",
+        [
+            f"--model_dir={tmp_path}",
+            f"--model_fn={HERE}:proximal_model_fn",
+            f"--input_fn={HERE}:train_input_fn",
+            "--train_steps=5",
+            "--communication=RING",
+        ],
+        timeout=180,
+        check=False,
+    )
+    assert run.returncode == exit_codes.USER_CODE, run.describe()
+    assert driver.DISTRIBUTED_OPTIMIZER_HINT in run.output
