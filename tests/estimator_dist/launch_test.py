@@ -1,6 +1,8 @@
 """The launcher: its decisions as units, then real worker processes over real gRPC collectives."""
 
+import ctypes
 import io
+import json
 import os
 import re
 import signal
@@ -12,13 +14,13 @@ import tensorflow as tf
 from estimator_dist import exit_codes
 from estimator_dist.cluster import make_local_cluster
 from estimator_dist.cpus import split_cores
-from estimator_dist.launch import (
+from estimator_dist.launch import model_dir_of
+from estimator_dist.supervise import (
     Failure,
     Launcher,
     RestartPolicy,
     Task,
     describe_exit,
-    model_dir_of,
     normalise_cause,
 )
 from run_config.strategies import NCCL_WITHOUT_GPU_MESSAGE
@@ -328,30 +330,156 @@ def process_exists(pid):
 
 INTERRUPTS = {
     # A terminal's Ctrl-C reaches the whole foreground process group.
-    "ctrl-c": lambda process: os.killpg(process.pid, signal.SIGINT),
+    "ctrl-c": (lambda process: os.killpg(process.pid, signal.SIGINT), 130),
     # A scheduler's SIGTERM reaches the launcher only; it must stop the tasks itself.
-    "sigterm": lambda process: process.terminate(),
+    "sigterm": (lambda process: process.terminate(), 143),
 }
 
 
+def started_pids(launcher, count):
+    return [
+        int(launcher.wait_for_line(r"started \S+ \(pid (\d+)\)", 60).group(1)) for _ in range(count)
+    ]
+
+
 @pytest.mark.parametrize("name", sorted(INTERRUPTS))
-def test_interrupt_stops_every_task(tmp_path, data_dir, name):
+def test_interrupt_checkpoints_stops_every_task_and_exits_128_plus_the_signal(
+    tmp_path, data_dir, name
+):
+    model_dir = tmp_path / "model"
     args = [
         "--num_workers=2",
-        "--grace_secs=5",
+        "--grace_secs=10",
+        "--",
+        f"--model_dir={model_dir}",
+        f"--data_dir={data_dir}",
+        "--train_steps=100000",
+        "--save_checkpoints_steps=1000000",
+    ]
+    interrupt, expected = INTERRUPTS[name]
+    with Background("estimator_dist.launch", args) as launcher:
+        pids = started_pids(launcher, 3)
+        launcher.wait_for_line(r"^\[chief\] .*loss = ", 120)
+        interrupt(launcher.process)
+        code = launcher.wait(timeout=60)
+    output = "".join(launcher.lines)
+    assert code == expected, output
+    assert "; stopping every task, which stop at one step the chief checkpoints" in output
+    stop = int(re.search(r"every task stops at global step (\d+)", output).group(1))
+    assert output.count(f"failed (exit 155): stopped for a preemption at global step {stop}") >= 2
+    assert tf.train.latest_checkpoint(str(model_dir)).endswith(f"model.ckpt-{stop}"), output
+    assert f"the latest checkpoint is at step {stop}" in output
+    assert [pid for pid in pids if process_exists(pid)] == [], output
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+@pytest.fixture
+def subreaper():
+    """Makes this process adopt orphans, so that a test can reap and count them."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(PR_SET_CHILD_SUBREAPER, 1) == 0, os.strerror(ctypes.get_errno())
+    try:
+        yield
+    finally:
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 0)
+
+
+def reaped(pid):
+    """Reaps `pid` if it ended; False while it runs or is not yet reparented to this process."""
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == pid
+    except ChildProcessError:
+        return False
+
+
+def test_tasks_never_outlive_a_killed_launcher(tmp_path, data_dir, subreaper):
+    args = [
+        "--num_workers=2",
         "--",
         f"--model_dir={tmp_path}/model",
         f"--data_dir={data_dir}",
         "--train_steps=100000",
     ]
     with Background("estimator_dist.launch", args) as launcher:
-        pids = [
-            int(launcher.wait_for_line(r"started \S+ \(pid (\d+)\)", 60).group(1)) for _ in range(3)
-        ]
+        pids = started_pids(launcher, 2) + started_pids(launcher, 1)
         launcher.wait_for_line(r"^\[chief\] .*loss = ", 120)
-        INTERRUPTS[name](launcher.process)
-        code = launcher.wait(timeout=60)
-    output = "".join(launcher.lines)
-    assert code == 130, output
-    assert "[launcher] interrupted; stopping every task" in output
-    assert [pid for pid in pids if process_exists(pid)] == [], output
+        launcher.process.kill()
+        killed = time.monotonic()
+        launcher.wait(timeout=30)
+        # Orphans come to this process (a subreaper): reap each, and time its end.
+        ended = {}
+        while len(ended) < len(pids) and time.monotonic() - killed < 30:
+            for pid in set(pids) - set(ended):
+                if reaped(pid):
+                    ended[pid] = time.monotonic() - killed
+            time.sleep(0.05)
+    print(f"tasks ended {sorted(ended.values())} s after the launcher's SIGKILL")
+    assert sorted(ended) == sorted(pids), launcher.output
+    assert max(ended.values()) < 5, ended
+    assert [pid for pid in pids if process_exists(pid)] == [], "a zombie or orphan is left"
+
+
+def test_a_killed_evaluator_is_restarted_alone_and_training_goes_on(tmp_path, data_dir):
+    steps = 1200
+    args = [
+        "--num_workers=2",
+        "--evaluator",
+        "--timeout_secs=300",
+        "--",
+        f"--model_dir={tmp_path}/model",
+        f"--data_dir={data_dir}",
+        f"--train_steps={steps}",
+        "--save_checkpoints_steps=100",
+        "--eval_throttle_secs=1",
+    ]
+    with Background("estimator_dist.launch", args) as launcher:
+        training = started_pids(launcher, 2)
+        evaluator = int(launcher.wait_for_line(r"started evaluator \(pid (\d+)\)", 120).group(1))
+        launcher.wait_for_line(r"^\[evaluator\] .*Saving dict for global step", 120)
+        os.kill(evaluator, signal.SIGKILL)
+        code = launcher.wait(timeout=300)
+    output = launcher.output
+    assert code == 0, output
+    assert re.search(
+        r"evaluator was killed by SIGKILL; restarting the evaluator alone from checkpoint step "
+        r"\d+ \(evaluator restart 1\); training goes on",
+        output,
+    ), output
+    assert "restarting the whole cluster" not in output
+    assert all(output.count(f"started {role} (pid") == 1 for role in ("chief", "worker-0"))
+    assert [pid for pid in training if process_exists(pid)] == []
+    assert_final_checkpoint(str(tmp_path / "model"), steps)
+    final = json.load(open(tmp_path / "model" / "eval_metrics.json"))
+    assert final["final"] and final["metrics"]["global_step"] == steps
+
+
+def test_a_preempted_task_restarts_the_job_with_no_step_lost(tmp_path, data_dir):
+    # No periodic checkpoint: only the preemption's own save can keep the steps.
+    steps = 500
+    args = [
+        "--num_workers=2",
+        "--noevaluator",
+        "--timeout_secs=300",
+        "--",
+        f"--model_dir={tmp_path}/model",
+        f"--data_dir={data_dir}",
+        f"--train_steps={steps}",
+        "--save_checkpoints_steps=1000000",
+        "--log_step_count_steps=10",
+    ]
+    with Background("estimator_dist.launch", args) as launcher:
+        worker = started_pids(launcher, 2)[1]
+        launcher.wait_for_line(r"^\[chief\] .*loss = .*step = (?:[1-9]\d{2,})", 120)
+        os.kill(worker, signal.SIGTERM)
+        code = launcher.wait(timeout=300)
+    output = launcher.output
+    assert code == 0, output
+    stop = int(re.search(r"every task stops at global step (\d+)", output).group(1))
+    assert re.search(
+        rf"restart after attempt 0: worker-0 exited with code 155 \(PREEMPTED\).*resumed from "
+        rf"checkpoint step {stop}, 0 step\(s\) lost",
+        output,
+    ), output
+    assert_final_checkpoint(str(tmp_path / "model"), steps)

@@ -14,7 +14,7 @@ import pytest
 
 from estimator_dist import exit_codes
 from estimator_dist.cluster import make_local_cluster
-from estimator_dist.launch import Failure, Launcher, Task, _exit_code_of, describe_exit
+from estimator_dist.supervise import Failure, Launcher, Task, _exit_code_of, describe_exit
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -319,7 +319,7 @@ def test_finish_timeout_starts_at_the_first_training_task(tmp_path):
         (150, "exited with code 150 (PEER_FAILURE)"),
         (154, "exited with code 154 (PORT_IN_USE)"),
         (7, "exited with code 7 (COLLECTIVE_MISMATCH)"),
-        (9, "exited with code 9"),
+        (99, "exited with code 99"),
         (-15, "was killed by SIGTERM"),
         (-9, "was killed by SIGKILL"),
     ],
