@@ -220,7 +220,8 @@ class Preemption:
             self._exit(
                 self._role,
                 exit_codes.PREEMPTED,
-                f"stopped for a preemption; the chief saved global step {decision['stop_at']}.",
+                "stopped for a preemption; the chief saved global step "
+                f"{decision.get('saved_step')}.",
             )
 
     def _read_decision(self, start: int) -> None:
@@ -252,9 +253,11 @@ class Preemption:
         _write_json(os.path.join(self._dir, DECISION_FILE), decision)
         self.stop_at = stop_at
         logging.warning(
-            "estimator_dist: preemption of %s: every task stops at global step %d.",
+            "estimator_dist: preemption of %s: %s.",
             current[0]["role"],
-            stop_at,
+            f"every task stops at global step {stop_at}"
+            if self._lockstep
+            else "every worker stops after its next step",
         )
 
     def session_started(self, step: int) -> None:
@@ -272,6 +275,11 @@ class Preemption:
                         tf.io.gfile.remove(os.path.join(self._dir, name))
         with self._lock:
             self._start_step = step
+
+    def session_ended(self, step: int) -> None:
+        """Records the global step the session ended at, for the exit message."""
+        with self._lock:
+            self._step = step
 
     def step_done(self) -> bool:
         """Counts one training step; returns whether the session must stop after it."""
@@ -296,7 +304,8 @@ class Preemption:
             return
         if self._is_chief:
             decision = _read_json(os.path.join(self._dir, DECISION_FILE)) or {}
-            _write_json(os.path.join(self._dir, DECISION_FILE), {**decision, "done": True})
+            done = {**decision, "done": True, "saved_step": self._step}
+            _write_json(os.path.join(self._dir, DECISION_FILE), done)
         self._exit(
             self._role,
             exit_codes.PREEMPTED,
@@ -326,3 +335,7 @@ class _PreemptionHook(tf.compat.v1.train.SessionRunHook):
     ) -> None:
         if self._preemption.step_done():
             run_context.request_stop()
+
+    def end(self, session: tf.compat.v1.Session) -> None:
+        # With parameter servers the global step also counts the other workers' steps.
+        self._preemption.session_ended(int(session.run(self._global_step)))

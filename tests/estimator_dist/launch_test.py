@@ -483,3 +483,34 @@ def test_a_preempted_task_restarts_the_job_with_no_step_lost(tmp_path, data_dir)
         output,
     ), output
     assert_final_checkpoint(str(tmp_path / "model"), steps)
+
+
+def test_with_parameter_servers_sigterm_saves_and_every_task_leaves(tmp_path, data_dir):
+    model_dir = tmp_path / "model"
+    args = [
+        "--num_workers=2",
+        "--num_ps=1",
+        "--noevaluator",
+        "--grace_secs=20",
+        "--",
+        f"--model_dir={model_dir}",
+        f"--data_dir={data_dir}",
+        "--train_steps=100000",
+        "--distribution_strategy=parameter_server",
+        "--save_checkpoints_steps=1000000",
+    ]
+    with Background("estimator_dist.launch", args) as launcher:
+        pids = started_pids(launcher, 3)
+        launcher.wait_for_line(r"^\[chief\] .*loss = ", 120)
+        launcher.process.terminate()
+        code = launcher.wait(timeout=60)
+    output = launcher.output
+    assert code == 143, output
+    assert "every worker stops after its next step" in output
+    saved = int(re.search(r"task ps-0 failed \(exit 155\).*saved global step (\d+)", output)[1])
+    assert tf.train.latest_checkpoint(str(model_dir)).endswith(f"model.ckpt-{saved}"), output
+    assert f"task chief-0 failed (exit 155): stopped for a preemption at global step {saved}" in (
+        output
+    )
+    assert "task worker-0 failed (exit 155)" in output
+    assert [pid for pid in pids if process_exists(pid)] == [], output

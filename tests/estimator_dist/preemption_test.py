@@ -60,7 +60,12 @@ def test_a_workers_signal_makes_the_chief_decide_one_stop_step_for_both(tmp_path
     assert chief_exits.codes == worker_exits.codes == [exit_codes.PREEMPTED]
     assert f"at global step {chief.stop_at} with a checkpoint" in chief_exits.calls[0][2]
     decision = json.loads((tmp_path / PREEMPTION_DIR / DECISION_FILE).read_text())
-    assert decision == {"stop_at": chief.stop_at, "requested_by": "worker-0", "done": True}
+    assert decision == {
+        "stop_at": chief.stop_at,
+        "requested_by": "worker-0",
+        "done": True,
+        "saved_step": chief.stop_at,
+    }
 
 
 @pytest.mark.parametrize("step_secs, lead", [(0.01, 100), (1e-9, 10_000), (5.0, 2)])
@@ -135,9 +140,11 @@ def test_a_ps_task_leaves_once_the_chief_has_saved(tmp_path):
     ps.poll_once()
     assert exits.calls == [], "the chief has not saved yet"
     run_steps(chief, 1)
+    chief.session_ended(57)  # the global step counts every worker's steps
     chief.finished()
     ps.poll_once()
     assert exits.codes == [exit_codes.PREEMPTED]
+    assert "the chief saved global step 57" in exits.calls[0][2]
 
 
 def test_a_preemption_stop_is_not_an_exhausted_input():
