@@ -19,6 +19,7 @@ Example, a single process on the embedded digits:
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import functools
 import importlib.metadata
@@ -42,11 +43,12 @@ from estimator_dist.errors import (
     CollectiveMismatchError,
     DataError,
     Error,
+    ModelDirUnwritableError,
     PeerFailureError,
     UsageError,
     UserCodeError,
 )
-from estimator_dist.guards import start_preemption, start_watchdog
+from estimator_dist.guards import enter_task, start_preemption, start_watchdog
 from estimator_dist.job import JobConfig, check_micro_batches
 from estimator_dist.preflight import (
     Preflight,
@@ -106,6 +108,38 @@ COLLECTIVE_MISMATCH_MESSAGE = (
     "vocabulary built per worker), or per-task sizes of a value that is reduced. Build every "
     "shape from settings every task shares."
 )
+#: The refused writes no restart fixes, by errno, each with its fix.
+STORAGE_FIXES = {
+    errno.ENOSPC: (
+        "free space on that filesystem (delete old runs, or keep fewer checkpoints with "
+        "--keep_checkpoint_max and exports with --exports_to_keep) or give a --model_dir on a "
+        "filesystem with room"
+    ),
+    errno.EDQUOT: (
+        "raise this user's quota on that filesystem, free space under it, or give a --model_dir "
+        "elsewhere"
+    ),
+    errno.EROFS: (
+        "remount that filesystem read-write (one the kernel remounted read-only after I/O errors "
+        "needs checking first) or give a --model_dir on a writable filesystem"
+    ),
+    errno.EACCES: (
+        "give this user (uid {uid}) write permission on that directory, or give a --model_dir it "
+        "may write to"
+    ),
+}
+#: The errno behind each message of a refused write.
+_ERRNO_OF = {os.strerror(code): code for code in STORAGE_FIXES}
+#: How TensorFlow reports a refused write: a line `<path>; <strerror>`.
+_REFUSED_WRITE = re.compile(
+    r"^\s*(.+?); (" + "|".join(map(re.escape, _ERRNO_OF)) + ")", re.MULTILINE
+)
+#: Why a write to model_dir failed, what is kept, and the fix.
+MODEL_DIR_UNWRITABLE_MESSAGE = (
+    "cannot write the {what} to {model_dir}{at_step}: {reason} ({path}; {space}). {kept} "
+    "A restart would fail the same way, so the job is not retried: {fix}, then run the same "
+    "command again."
+)
 
 
 def is_peer_error(error: tf.errors.OpError) -> bool:
@@ -125,8 +159,144 @@ def is_peer_error(error: tf.errors.OpError) -> bool:
     return isinstance(error, PEER_ERRORS) or COLLECTIVE_ABORT in error.message
 
 
+def explain_storage_error(
+    error: BaseException, model_dir: Optional[str], step: Optional[int] = None
+) -> Optional[ModelDirUnwritableError]:
+    """The `ModelDirUnwritableError` (exit 9) that `error` means, if the storage refused a write.
+
+    TensorFlow 2.15 reports a refused write as `<path>; <strerror>`: a full
+    filesystem as ResourceExhaustedError (checkpoints, graph.pbtxt, files),
+    or as RuntimeError from the thread writing event files; a read-only one,
+    or a missing permission, as PermissionDeniedError. Python's own writes
+    raise OSError.
+
+    Args:
+      error: What a write, or training, raised.
+      model_dir: The job's model_dir. A refused permission counts only for a
+        path in it (or one of its parents): reading data can be refused too.
+        None: only a full or read-only filesystem counts, wherever it is.
+      step: The last global step this task saw, or None before training.
+
+    Returns:
+      The error naming the path, what was written, the free space, the
+      latest checkpoint and the fix; None for any other error.
+
+    >>> error = tf.errors.ResourceExhaustedError(
+    ...     None, None, "/runs/1/model.ckpt-100.data-00000-of-00001; No space left on device")
+    >>> print(explain_storage_error(error, None, 100))  # doctest: +ELLIPSIS
+    cannot write the checkpoint of step 100 to its directory at global step 100: No space ...
+    """
+    if isinstance(error, OSError):
+        code, path = error.errno, error.filename
+    else:
+        message = getattr(error, "message", str(error))
+        found = _REFUSED_WRITE.search(message)
+        code, path = (_ERRNO_OF[found.group(2)], found.group(1)) if found else (None, None)
+    if code not in STORAGE_FIXES or not isinstance(path, str):
+        return None
+    if model_dir is None and code == errno.EACCES:
+        return None
+    if model_dir is not None and not _related(path, model_dir):
+        return None
+    logging.error("The storage refused a write; full error: %s", error)
+    latest = tf.train.latest_checkpoint(model_dir) if model_dir else None
+    space = _free_space(path)
+    if latest and code in (errno.ENOSPC, errno.EDQUOT) and "://" not in latest:
+        size = sum(os.path.getsize(name) for name in tf.io.gfile.glob(f"{latest}.*"))
+        space += f"; the latest checkpoint takes {_size(size)}"
+    if latest:
+        kept = f"The checkpoints already written are intact; training resumes from {latest}."
+    else:
+        kept = "No checkpoint had been written yet."
+    return ModelDirUnwritableError(
+        MODEL_DIR_UNWRITABLE_MESSAGE.format(
+            what=_written_thing(path, model_dir),
+            model_dir=model_dir or "its directory",
+            at_step="" if step is None else f" at global step {step}",
+            reason=os.strerror(code),
+            path=path,
+            space=space,
+            kept=kept,
+            fix=STORAGE_FIXES[code].format(uid=os.getuid()),
+        )
+    )
+
+
+def _related(path: str, model_dir: str) -> bool:
+    """Whether `path` is in `model_dir`, is it, or is one of its parents."""
+    if "://" in model_dir:
+        path, model_dir = path.rstrip("/"), model_dir.rstrip("/")
+        return path.startswith(model_dir + "/") or (model_dir + "/").startswith(path + "/")
+    path, model_dir = os.path.abspath(path), os.path.abspath(model_dir)
+    return os.path.commonpath([path, model_dir]) in (path, model_dir)
+
+
+def _written_thing(path: str, model_dir: Optional[str]) -> str:
+    """Names what a write to `path` was: a checkpoint, an event file, an export..."""
+    related = _related(path, model_dir) if model_dir else False
+    relative = os.path.relpath(path, model_dir) if related else os.path.basename(path)
+    name, first = os.path.basename(path), relative.split(os.sep)[0]
+    step = re.search(r"model\.ckpt-(\d+)", relative)
+    known = [k for k in ("graph.pbtxt", METRICS_FILE, RUN_RECORD_FILE) if name.startswith(k)]
+    if relative.startswith(os.pardir) or relative == os.curdir:
+        return "directory itself (creating it)"
+    if step:
+        return f"checkpoint of step {step.group(1)}"
+    if name.startswith("checkpoint"):
+        return "checkpoint list (the file `checkpoint`, which names the latest one)"
+    if first == "eval":
+        return "evaluation event file"
+    if name.startswith("events.out.tfevents"):
+        return "event file (TensorBoard summaries)"
+    if first == "export":
+        return "SavedModel export"
+    if known:
+        return f"file {known[0]}"
+    return f"{'file' if '.' in name else 'directory'} {relative}"
+
+
+def _free_space(path: str) -> str:
+    """The free and total size of the filesystem holding `path`, as words."""
+    if "://" in path:
+        return "free space unknown: not a local path"
+    directory = os.path.dirname(os.path.abspath(path))
+    while not os.path.isdir(directory):
+        directory = os.path.dirname(directory)
+    stats = os.statvfs(directory)
+    free, total = stats.f_bavail * stats.f_frsize, stats.f_blocks * stats.f_frsize
+    return f"{_size(free)} free of {_size(total)} on its filesystem"
+
+
+def _size(size: int) -> str:
+    """A byte count as KiB, MiB or GiB.
+
+    >>> _size(0), _size(102400), _size(20 * 2**20), _size(3 * 2**30)
+    ('0 KiB', '100 KiB', '20.0 MiB', '3.0 GiB')
+    """
+    if size < 2**20:
+        return f"{size // 1024} KiB"
+    if size < 2**30:
+        return f"{size / 2**20:.1f} MiB"
+    return f"{size / 2**30:.1f} GiB"
+
+
+@contextlib.contextmanager
+def _refused_writes(model_dir: str) -> Iterator[None]:
+    """Raises `ModelDirUnwritableError` for a write to `model_dir` the storage refuses."""
+    try:
+        yield
+    except (tf.errors.OpError, OSError) as error:
+        unwritable = explain_storage_error(error, model_dir)
+        if unwritable is None:
+            raise
+        raise unwritable from None
+
+
 def explain_training_error(
-    error: tf.errors.OpError, step: Optional[int], seconds: float
+    error: tf.errors.OpError,
+    step: Optional[int],
+    seconds: float,
+    model_dir: Optional[str] = None,
 ) -> Optional[Exception]:
     """The error with an exit code of its own that `error` from training means, if any.
 
@@ -134,9 +304,12 @@ def explain_training_error(
       error: What `train_and_evaluate` raised.
       step: The last global step this task saw, or None.
       seconds: How long training had run.
+      model_dir: The job's model_dir, where a refused write means exit 9;
+        None counts a full or read-only filesystem anywhere.
 
     Returns:
       A `bad_data.DataError` (exit 3) for a bad record, a
+      `ModelDirUnwritableError` (exit 9) for a write the storage refused, a
       `CollectiveMismatchError` (exit 7) for tensors whose shapes differ
       between tasks, a `PeerFailureError` (exit 150) for a lost peer, or
       None for any other error.
@@ -145,6 +318,9 @@ def explain_training_error(
     data_error = bad_data.data_error_from(error)
     if data_error is not None:
         return data_error
+    unwritable = explain_storage_error(error, model_dir, step)
+    if unwritable is not None:
+        return unwritable
     if COLLECTIVE_SHAPE_MISMATCH in error.message:
         logging.error("Collective shape mismatch, full TensorFlow error: %s", error.message)
         return CollectiveMismatchError(
@@ -434,13 +610,7 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     """
     startup = Startup(cluster.role)
     startup.mark("imports")
-    tf.compat.v1.disable_eager_execution()
-    if cluster.is_distributed:
-        os.environ["TF_CONFIG"] = cluster.to_json()
-    else:
-        os.environ.pop("TF_CONFIG", None)
-    for note in cluster.notes:
-        logging.info("TF_CONFIG: %s.", note)
+    enter_task(cluster)
 
     checked = preflight(job, cluster.num_workers if cluster.task_type != EVALUATOR else 1)
     startup.mark("pre-flight")
@@ -451,10 +621,11 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     _check_batch(job, num_replicas, cluster)
     run_config = make_run_config(job.run, train, strategies.eval_distribute)
     startup.mark("strategies")
-    tf.io.gfile.makedirs(job.run.model_dir)
-    preemption = start_preemption(
-        cluster, job.run.model_dir, job.preemption_checkpoint, job.preemption_grace_secs
-    )
+    with _refused_writes(job.run.model_dir):
+        tf.io.gfile.makedirs(job.run.model_dir)
+        preemption = start_preemption(
+            cluster, job.run.model_dir, job.preemption_checkpoint, job.preemption_grace_secs
+        )
     rendezvous(cluster, job_view(job, cluster), job.startup_timeout)
     startup.mark("rendezvous")
     logging.info(
@@ -467,13 +638,13 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
         num_replicas,
         job.batch_size,
     )
-    if cluster.is_chief:
-        write_json(
-            os.path.join(job.run.model_dir, RUN_RECORD_FILE),
-            make_run_record(job, cluster, strategies, num_replicas, checked),
-        )
-
-    estimator = _make_estimator(job, checked, run_config)
+    with _refused_writes(job.run.model_dir):
+        if cluster.is_chief:
+            write_json(
+                os.path.join(job.run.model_dir, RUN_RECORD_FILE),
+                make_run_record(job, cluster, strategies, num_replicas, checked),
+            )
+        estimator = _make_estimator(job, checked, run_config)
     watchdog = start_watchdog(
         cluster,
         job.run.model_dir,
@@ -507,7 +678,9 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
         tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
     except tf.errors.OpError as error:
         step = watchdog.step if isinstance(watchdog, Watchdog) else None
-        explained = explain_training_error(error, step, time.monotonic() - started)
+        explained = explain_training_error(
+            error, step, time.monotonic() - started, job.run.model_dir
+        )
         if preemption.requested:
             logging.warning("Training failed while stopping for a preemption: %s", error.message)
             preemption.finished()
@@ -517,6 +690,11 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     except (Error, KeyboardInterrupt, SystemExit):
         raise
     except Exception as error:  # The user's model_fn, input_fn or hooks raised while training.
+        # Except the thread writing event files, which raises what the storage refused.
+        step = watchdog.step if isinstance(watchdog, Watchdog) else None
+        unwritable = explain_storage_error(error, job.run.model_dir, step)
+        if unwritable is not None:
+            raise unwritable from None
         logging.exception("Training raised:")
         hint = DISTRIBUTED_OPTIMIZER_HINT if DISTRIBUTED_HANDLE in str(error) else ""
         raise UserCodeError(

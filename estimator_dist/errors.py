@@ -79,3 +79,14 @@ class CollectiveMismatchError(Error):
     """The tasks all-reduced tensors that differ in shape or type: a deterministic fault."""
 
     exit_code = exit_codes.COLLECTIVE_MISMATCH
+
+
+class ModelDirUnwritableError(Error):
+    """The storage of model_dir refused a write (full, read-only, no permission); exit code 9.
+
+    Retrying fails the same way until someone frees space, remounts the
+    filesystem read-write or grants permission; the checkpoints already
+    written stay loadable, and a new run resumes from the latest.
+    """
+
+    exit_code = exit_codes.MODEL_DIR_UNWRITABLE

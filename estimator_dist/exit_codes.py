@@ -16,6 +16,7 @@ them, and how `estimator_dist.launch` decides whether to restart.
 | 6 | INPUT_EXHAUSTED | the training input ran out before the last step; it must repeat |
 | 7 | COLLECTIVE_MISMATCH | the tasks all-reduced tensors of different shapes or types |
 | 8 | EVAL_UNENDING | an evaluation kept reading after training ended; bound it with --eval_steps |
+| 9 | MODEL_DIR_UNWRITABLE | model_dir's storage refused a write: full, read-only, no permission |
 | 150 | PEER_FAILURE | a collective operation failed: a peer died or the network failed |
 | 151 | CLUSTER_TIMEOUT | the cluster did not assemble before the start-up deadline |
 | 152 | STALLED | the global step did not move for the stall timeout |
@@ -38,6 +39,7 @@ USER_CODE = 5
 INPUT_EXHAUSTED = 6
 COLLECTIVE_MISMATCH = 7
 EVAL_UNENDING = 8
+MODEL_DIR_UNWRITABLE = 9
 PEER_FAILURE = 150
 CLUSTER_TIMEOUT = 151
 STALLED = 152

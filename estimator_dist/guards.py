@@ -12,11 +12,31 @@ the same guards for the same roles, from plain values:
 
 from __future__ import annotations
 
+import os
 from typing import Optional, Union
+
+import tensorflow as tf
+from absl import logging
 
 from estimator_dist.cluster import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig
 from estimator_dist.preemption import Preemption
 from estimator_dist.watchdog import EvaluatorWatchdog, Watchdog
+
+
+def enter_task(cluster: ClusterConfig) -> None:
+    """Sets this process up as the task `cluster` describes, before any user code runs.
+
+    Graph mode, as Estimator's distributed training needs (the evaluator
+    crashes in eager mode), and TF_CONFIG set to the normalised cluster, which
+    TensorFlow reads from the environment (removed for a single process).
+    """
+    tf.compat.v1.disable_eager_execution()
+    if cluster.is_distributed:
+        os.environ["TF_CONFIG"] = cluster.to_json()
+    else:
+        os.environ.pop("TF_CONFIG", None)
+    for note in cluster.notes:
+        logging.info("TF_CONFIG: %s.", note)
 
 
 def start_preemption(

@@ -609,13 +609,23 @@ class ScriptTask:
                 result = original(estimator, train_spec, eval_spec)
             except tf.errors.OpError as error:
                 step = getattr(watchdog, "step", None)
-                explained = driver.explain_training_error(error, step, time.monotonic() - started)
+                explained = driver.explain_training_error(
+                    error, step, time.monotonic() - started, model_dir
+                )
                 if preemption.requested:
                     logging.warning("Training failed while stopping for a preemption: %s", error)
                     preemption.finished()
                 if explained is None:
                     raise
                 raise explained from (error if isinstance(explained, DataError) else None)
+            except RuntimeError as error:
+                # The thread that writes event files raises a refused write as RuntimeError.
+                storage = driver.explain_storage_error(
+                    error, model_dir, getattr(watchdog, "step", None)
+                )
+                if storage is None:
+                    raise
+                raise storage from None
             finally:
                 if watchdog is not None:
                     watchdog.stop()
@@ -868,16 +878,10 @@ def run_script(config: ScriptConfig, cluster: ClusterConfig) -> int:
     from estimator_dist.startup import Startup
 
     startup = Startup(cluster.role)
-    import tensorflow as tf
+    from estimator_dist.guards import enter_task
 
     startup.mark("imports")
-    tf.compat.v1.disable_eager_execution()
-    if cluster.is_distributed:
-        os.environ["TF_CONFIG"] = cluster.to_json()
-    else:
-        os.environ.pop("TF_CONFIG", None)
-    for note in cluster.notes:
-        logging.info("TF_CONFIG: %s.", note)
+    enter_task(cluster)
     task = ScriptTask(config, cluster, startup)
     sys.argv = [config.path, *config.args]
     sys.path.insert(0, os.path.dirname(config.path))

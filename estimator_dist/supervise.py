@@ -14,6 +14,7 @@ on: it holds no training state.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import os
@@ -307,35 +308,57 @@ class Launcher:
 
     def _pump(self, task: Task, exits: queue.Queue) -> None:
         prefix = f"[{task.name}] "
-        for line in task.process.stdout:
+        try:
+            for line in task.process.stdout:
+                self._log(task, line)
+                with self._print_lock:
+                    self._out.write(prefix + line)
+                    self._out.flush()
+                failed = _FAILURE_LINE.search(line)
+                if failed:
+                    task.detail = failed.group(1).strip()
+                steps = _MAX_STEPS_LINE.search(line)
+                if steps:
+                    self.reported_steps = int(steps.group(1))
+                first_step = task.config.task_type == CHIEF and exit_codes.FIRST_STEP_MARKER in line
+                if first_step and self.failed_at is not None:
+                    self.say(
+                        f"training resumed {time.monotonic() - self.failed_at:.1f} s after the "
+                        "failure was detected"
+                    )
+                elif first_step:
+                    self.say(
+                        f"first training step {time.monotonic() - self._started:.1f} s after the "
+                        "launcher started"
+                    )
+                if first_step:
+                    exits.put((_RELEASE, None))
+                progress = _STEP_LINE.search(line)
+                if progress and task.config.task_type in (CHIEF, WORKER):
+                    self.last_step_seen = max(self.last_step_seen, int(progress.group(1)))
+        finally:
+            self._close_log(task)
+            exits.put((task, task.process.wait()))
+
+    def _log(self, task: Task, line: str) -> None:
+        """Appends `line` to the task's log file; after a failed write, says so once and stops."""
+        if task.log is None:
+            return
+        try:
             task.log.write(line)
-            with self._print_lock:
-                self._out.write(prefix + line)
-                self._out.flush()
-            failed = _FAILURE_LINE.search(line)
-            if failed:
-                task.detail = failed.group(1).strip()
-            steps = _MAX_STEPS_LINE.search(line)
-            if steps:
-                self.reported_steps = int(steps.group(1))
-            first_step = task.config.task_type == CHIEF and exit_codes.FIRST_STEP_MARKER in line
-            if first_step and self.failed_at is not None:
-                self.say(
-                    f"training resumed {time.monotonic() - self.failed_at:.1f} s after the "
-                    "failure was detected"
-                )
-            elif first_step:
-                self.say(
-                    f"first training step {time.monotonic() - self._started:.1f} s after the "
-                    "launcher started"
-                )
-            if first_step:
-                exits.put((_RELEASE, None))
-            progress = _STEP_LINE.search(line)
-            if progress and task.config.task_type in (CHIEF, WORKER):
-                self.last_step_seen = max(self.last_step_seen, int(progress.group(1)))
-        task.log.close()
-        exits.put((task, task.process.wait()))
+        except OSError as error:
+            self.say(
+                f"cannot write {task.log.name} ({error.strerror}); the output of {task.name} "
+                "goes on here only"
+            )
+            self._close_log(task)
+
+    @staticmethod
+    def _close_log(task: Task) -> None:
+        if task.log is not None:
+            with contextlib.suppress(OSError):  # The buffered lines it could not write.
+                task.log.close()
+            task.log = None
 
     def supervise(
         self,

@@ -195,7 +195,7 @@ class Watchdog:
                 + (
                     "training or evaluation is stuck. "
                     if self._alone
-                    else "a peer is stuck or gone. Restart the job from its latest checkpoint, "
+                    else "a peer is stuck or gone. Restart the job from its latest checkpoint. "
                 )
                 + "Raise --stall_timeout for very slow steps.",
             )

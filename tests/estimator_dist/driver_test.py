@@ -1,6 +1,9 @@
-"""driver: which TensorFlow errors mean a lost peer (exit 150), and model_fns run as written."""
+"""driver: which TensorFlow errors mean a lost peer (exit 150) or an unwritable model_dir (exit 9),
+and model_fns run as written."""
 
 import copy
+import errno
+import os
 import sys
 
 import pytest
@@ -9,7 +12,7 @@ from tensorflow.python.autograph.impl.api import is_autograph_artifact
 
 from estimator_dist import driver, exit_codes
 from estimator_dist.driver import is_peer_error, model_fn_as_written
-from estimator_dist.errors import DataError, PeerFailureError
+from estimator_dist.errors import DataError, ModelDirUnwritableError, PeerFailureError
 from run_config.run_config import RunConfigOptions
 
 
@@ -146,3 +149,123 @@ def test_a_lost_peer_is_explained_with_its_step_and_time():
 def test_other_training_errors_are_left_as_they_are():
     error = tf.errors.InvalidArgumentError(None, None, "Incompatible shapes")
     assert driver.explain_training_error(error, step=1, seconds=1.0) is None
+
+
+# --- a model_dir whose storage refuses writes (exit 9) --------------------------------
+# The messages are TensorFlow 2.15's, as seen on a full tmpfs, a read-only bind mount and a
+# directory without write permission (tests/estimator_dist/faults_test.py runs those).
+
+
+def _checkpoint(model_dir, step, size):
+    """Writes the files of a checkpoint of `step` taking `size` bytes, and lists it."""
+    prefix = os.path.join(model_dir, f"model.ckpt-{step}")
+    for suffix, share in ((".index", 1024), (".data-00000-of-00001", size - 1024)):
+        with open(prefix + suffix, "wb") as stream:
+            stream.write(bytes(share))
+    tf.compat.v1.train.update_checkpoint_state(model_dir, prefix)
+    return prefix
+
+
+def test_a_checkpoint_save_on_a_full_disk_names_the_path_space_and_fix(tmp_path):
+    model_dir = str(tmp_path)
+    latest = _checkpoint(model_dir, 50, 400 * 1024)
+    path = f"{model_dir}/model.ckpt-100_temp/part-00000-of-00001.data-00000-of-00001.tempstate91"
+    error = tf.errors.ResourceExhaustedError(
+        None,
+        None,
+        "Graph execution error:\n\nDetected at node 'save/SaveV2' defined at (most recent call "
+        "last):\n    File \"train.py\", line 447, in <module>\nNode: 'save/SaveV2'\n"
+        f"{path}; No space left on device\n\t [[{{{{node save/SaveV2}}}}]]\nHint: If you want "
+        "to see a list of allocated tensors when OOM happens, add report_tensor_allocations",
+    )
+    explained = driver.explain_training_error(error, 99, 3.0, model_dir)
+    assert isinstance(explained, ModelDirUnwritableError)
+    assert explained.exit_code == exit_codes.MODEL_DIR_UNWRITABLE
+    message = str(explained)
+    assert message.startswith(
+        f"cannot write the checkpoint of step 100 to {model_dir} at global step 99: No space "
+        f"left on device ({path}; "
+    ), message
+    assert " free of " in message and "; the latest checkpoint takes 400 KiB)" in message
+    assert f"training resumes from {latest}." in message
+    assert "A restart would fail the same way, so the job is not retried: free space" in message
+
+
+#: What a refused write raised, as a function of model_dir, and what the message calls it.
+REFUSED_WRITES = {
+    # From the thread writing event files, which Estimator's evaluation re-raises.
+    "events": (
+        lambda d: RuntimeError(
+            f"{d}/eval/events.out.tfevents.1795478560.vm; No space left on device\n"
+            f"\tFailed to flush 2 events to {d}/eval/events.out.tfevents.1795478560.vm"
+        ),
+        "evaluation event file",
+    ),
+    "read-only": (
+        lambda d: tf.errors.PermissionDeniedError(
+            None, None, f"{d}/checkpoint.tmp8d96e647ba43; Read-only file system"
+        ),
+        "checkpoint list (the file `checkpoint`, which names the latest one)",
+    ),
+    "permission": (
+        lambda d: tf.errors.PermissionDeniedError(None, None, f"{d}/export; Permission denied"),
+        "SavedModel export",
+    ),
+    "quota": (
+        lambda d: tf.errors.ResourceExhaustedError(
+            None, None, f"{d}/graph.pbtxt.tmpf8d23ace; Disk quota exceeded"
+        ),
+        "file graph.pbtxt",
+    ),
+    "directory": (
+        lambda d: tf.errors.PermissionDeniedError(None, None, f"{d}/preemption; Permission denied"),
+        "directory preemption",
+    ),
+    "oserror": (
+        lambda d: OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), f"{d}/.keras_bridge.lock"),
+        "file .keras_bridge.lock",
+    ),
+    "creating": (
+        lambda d: tf.errors.PermissionDeniedError(None, None, f"{d}; Read-only file system"),
+        "directory itself (creating it)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED_WRITES))
+def test_each_refused_write_to_model_dir_names_what_was_written(tmp_path, case):
+    model_dir = str(tmp_path / "run")
+    make_error, what = REFUSED_WRITES[case]
+    explained = driver.explain_storage_error(make_error(model_dir), model_dir, step=None)
+    assert isinstance(explained, ModelDirUnwritableError)
+    assert str(explained).startswith(f"cannot write the {what} to {model_dir}: "), explained
+    assert "No checkpoint had been written yet." in str(explained)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        # Reading data can be refused too: only writes to model_dir count.
+        tf.errors.PermissionDeniedError(None, None, "/data/train.tfrecord; Permission denied"),
+        tf.errors.ResourceExhaustedError(
+            None, None, "OOM when allocating tensor with shape[64,32,26,26] and type float"
+        ),
+        tf.errors.ResourceExhaustedError(None, None, "/tmp/cache.data; No space left on device"),
+        OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)),
+        RuntimeError("injected failure"),
+    ],
+    ids=["read", "oom", "elsewhere", "no-path", "other"],
+)
+def test_other_errors_are_not_an_unwritable_model_dir(tmp_path, error):
+    assert driver.explain_storage_error(error, str(tmp_path), step=3) is None
+
+
+def test_without_a_model_dir_only_a_full_or_read_only_filesystem_counts():
+    full = tf.errors.ResourceExhaustedError(
+        None, None, "/r/model.ckpt-9.index; No space left on device"
+    )
+    refused = tf.errors.PermissionDeniedError(
+        None, None, "/r/model.ckpt-9.index; Permission denied"
+    )
+    assert isinstance(driver.explain_training_error(full, 8, 1.0), ModelDirUnwritableError)
+    assert driver.explain_training_error(refused, 8, 1.0) is None

@@ -26,6 +26,7 @@ NAMED_CODES = {
         (6, False),
         (7, False),
         (8, False),
+        (9, False),
         (127, False),
         (128, True),
         (150, True),
@@ -51,6 +52,7 @@ def test_named_codes_are_the_documented_ones():
         "INPUT_EXHAUSTED": 6,
         "COLLECTIVE_MISMATCH": 7,
         "EVAL_UNENDING": 8,
+        "MODEL_DIR_UNWRITABLE": 9,
         "PEER_FAILURE": 150,
         "CLUSTER_TIMEOUT": 151,
         "STALLED": 152,
@@ -101,6 +103,7 @@ def test_every_named_code_is_in_the_module_docstring_table():
         (errors.PortInUseError, exit_codes.PORT_IN_USE),
         (errors.UserCodeError, exit_codes.USER_CODE),
         (errors.CollectiveMismatchError, exit_codes.COLLECTIVE_MISMATCH),
+        (errors.ModelDirUnwritableError, exit_codes.MODEL_DIR_UNWRITABLE),
     ],
 )
 def test_error_exit_codes(error, code):

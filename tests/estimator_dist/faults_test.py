@@ -472,3 +472,274 @@ def test_transient_error_on_one_worker_fails_the_job_instead_of_diverging(tmp_pa
     # TensorFlow's own log line when it silently re-creates a session and restores.
     assert "a new session will be created" not in output
     assert codes["chief-0"] in (exit_codes.PEER_FAILURE, exit_codes.STALLED), output
+
+
+# --- a frozen task, and a model_dir that refuses writes ------------------------------
+
+
+def launched_pid(output, name):
+    """The pid of the last `name` task the launcher started."""
+    return [int(p) for p in re.findall(rf"started {name} \(pid (\d+)\)", output)][-1]
+
+
+def test_frozen_worker_is_detected_within_the_stall_timeout_and_the_job_recovers(
+    tmp_path, data_dir
+):
+    # SIGSTOP, as a paused VM: its connections stay open, so no peer sees a reset.
+    stall, steps = 15, 300
+    args = [
+        "--num_workers=2",
+        "--evaluator",
+        "--max_restarts=2",
+        "--grace_secs=3",
+        "--timeout_secs=400",
+        "--",
+        *task_args(
+            tmp_path,
+            data_dir,
+            f"--train_steps={steps}",
+            "--save_checkpoints_steps=50",
+            f"--stall_timeout={stall}",
+        ),
+    ]
+    with Background("estimator_dist.launch", args) as launcher:
+        wait_for_step(launcher, 100, 180, STEP_LINE)
+        frozen = launched_pid(launcher.output, "worker-0")
+        os.kill(frozen, signal.SIGSTOP)
+        stopped = time.monotonic()
+        launcher.wait_for_line(r"^\[chief\] estimator_dist: task chief-0 failed \(exit 152\)", 120)
+        detected = time.monotonic() - stopped
+        launcher.wait_for_line(r"^\[launcher\] attempt 0 failed: chief exited with code 152", 60)
+        # The launcher stopped every task before saying so: the frozen one is gone, reaped.
+        left_behind = os.path.exists(f"/proc/{frozen}")
+        code = launcher.wait(timeout=300)
+    output = launcher.output
+    print(f"frozen worker detected {detected:.1f} s after SIGSTOP (stall timeout {stall} s)")
+    assert not left_behind, f"the frozen worker (pid {frozen}) outlived the attempt:\n{output}"
+    assert detected < stall + 5, output
+    assert re.search(r"task chief-0 failed \(exit 152\): the global step stayed at \d+", output)
+    assert code == 0, output
+    assert re.search(
+        r"\[launcher\] restart after attempt 0: chief exited with code 152 \(STALLED\)", output
+    ), output
+    assert "attempt 1 failed" not in output, output
+    latest = tf.train.latest_checkpoint(str(tmp_path))
+    assert latest.endswith(f"model.ckpt-{steps}"), latest
+    assert tf.train.load_checkpoint(latest).get_tensor("global_step") == steps
+    final = json.load(open(tmp_path / "eval_metrics.json"))
+    assert final["final"] and final["metrics"]["global_step"] == steps
+    assert re.search(rf"\[launcher\] final evaluation: global_step={steps}, accuracy=", output)
+
+
+def mount_namespace_prefix(directory, size_mib):
+    """Runs a command with a `size_mib` tmpfs on `directory`, in a private mount namespace.
+
+    Nothing is mounted on the host. The command's exit code is printed as `exited with N`,
+    then the namespace is held open (the test kills the group) so that the files can be
+    read through /proc/<pid>/root. Skips, saying why, where mounting is not allowed.
+    """
+    probe = subprocess.run(
+        ["unshare", "--mount", "mount", "-t", "tmpfs", "tmpfs", str(directory)],
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode:
+        pytest.skip(f"cannot mount a tmpfs in a private mount namespace: {probe.stderr.strip()}")
+    script = (
+        f'mount -t tmpfs -o size={size_mib}m tmpfs "$0" && "$@"; echo "exited with $?"; '
+        "exec sleep 600"
+    )
+    # unshare makes the new namespace's mounts private: none propagates to the host.
+    return ("unshare", "--mount", "sh", "-c", script, str(directory))
+
+
+def wait_for_checkpoint(directory, step, timeout):
+    """Waits for a whole checkpoint of `step` or later; returns its path.
+
+    Saver lists a checkpoint before it writes its .meta file, which comes last.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        latest = tf.train.latest_checkpoint(directory)
+        if latest and int(latest.rsplit("-", 1)[1]) >= step and os.path.exists(f"{latest}.meta"):
+            return latest
+        assert time.monotonic() < deadline, f"no checkpoint of step {step} in {timeout} s"
+        time.sleep(0.05)
+
+
+def read_every_checkpoint(directory):
+    """Reads every tensor of every checkpoint the checkpoint list names; returns their steps."""
+    state = tf.train.get_checkpoint_state(directory)
+    steps = []
+    for listed in state.all_model_checkpoint_paths:
+        reader = tf.train.load_checkpoint(os.path.join(directory, os.path.basename(listed)))
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+        steps.append(int(reader.get_tensor("global_step")))
+    return steps
+
+
+#: What every refused write says, with the path and the free space.
+UNWRITABLE = (
+    r"task (?:local|chief-0|worker-0) failed \(exit 9\): cannot write the (?P<what>.+?) to "
+    r"{model_dir} at global step \d+: {reason} \((?P<path>{model_dir}/\S+); "
+    r"\d+(?:\.\d)? [KMG]iB free of [\d.]+ [KMG]iB on its filesystem[;)].*?training resumes "
+    r"from {model_dir}/model\.ckpt-(?P<step>\d+)\. A restart would fail the same way, so the "
+    r"job is not retried: {fix}"
+)
+
+
+def test_full_model_dir_exits_9_naming_the_path_and_keeps_its_checkpoints(tmp_path, data_dir):
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    args = task_args(model_dir, data_dir, "--train_steps=100000", "--save_checkpoints_steps=50")
+    with Background(
+        "estimator_dist.train", args, prefix=mount_namespace_prefix(model_dir, 20)
+    ) as run:
+        inside = f"/proc/{run.process.pid}/root{model_dir}"
+        wait_for_checkpoint(inside, 50, 120)
+        with open(os.path.join(inside, "filler"), "wb", buffering=0) as filler:
+            with pytest.raises(OSError, match="No space left on device"):
+                while True:
+                    filler.write(bytes(1 << 20))
+        code = int(run.wait_for_line(r"^exited with (\d+)", 120).group(1))
+        steps = read_every_checkpoint(inside)
+    output = run.output
+    found = re.search(
+        UNWRITABLE.format(
+            model_dir=re.escape(str(model_dir)),
+            reason="No space left on device",
+            fix=r"free space on that filesystem \(delete old runs, or keep fewer checkpoints",
+        ),
+        output,
+    )
+    assert code == exit_codes.MODEL_DIR_UNWRITABLE, output
+    assert found, output
+    print(f"the disk filled up; the first refused write: the {found['what']}, {found['path']}")
+    assert max(steps) == int(found["step"]) >= 50, (steps, output)
+
+
+def test_read_only_model_dir_fails_the_job_at_once_with_exit_9(tmp_path, data_dir):
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    args = [
+        "--num_workers=2",
+        "--noevaluator",
+        "--max_restarts=3",
+        "--grace_secs=3",
+        "--timeout_secs=300",
+        "--",
+        *task_args(model_dir, data_dir, "--train_steps=100000", "--save_checkpoints_steps=50"),
+    ]
+    with Background(
+        "estimator_dist.launch", args, prefix=mount_namespace_prefix(model_dir, 50)
+    ) as launcher:
+        inside = f"/proc/{launcher.process.pid}/root{model_dir}"
+        wait_for_checkpoint(inside, 50, 180)
+        # A read-only bind mount over it: files already open (the logs) stay writable.
+        remount = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0"'
+        namespace = ("nsenter", f"--target={launcher.process.pid}", "--mount")
+        subprocess.run([*namespace, "sh", "-c", remount, str(model_dir)], check=True)
+        code = int(launcher.wait_for_line(r"^exited with (\d+)", 120).group(1))
+        steps = read_every_checkpoint(inside)
+    output = launcher.output
+    assert code == exit_codes.MODEL_DIR_UNWRITABLE, output
+    found = re.search(
+        UNWRITABLE.format(
+            model_dir=re.escape(str(model_dir)),
+            reason="Read-only file system",
+            fix="remount that filesystem read-write",
+        ),
+        output,
+    )
+    assert found, output
+    print(f"read-only; the first refused write: the {found['what']}, {found['path']}")
+    assert max(steps) == int(found["step"]) >= 50, (steps, output)
+    assert re.search(
+        r"\[launcher\] attempt 0 failed: (chief|worker-0) exited with code 9 "
+        r"\(MODEL_DIR_UNWRITABLE\): cannot write the",
+        output,
+    ), output
+    assert "job failed (not retryable)" in output
+    assert "restarting the whole cluster" not in output
+    assert len(re.findall(r"\[launcher\] started chief ", output)) == 1, output
+
+
+def test_model_dir_without_write_permission_exits_9(tmp_path, data_dir):
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    args = task_args(model_dir, data_dir, "--train_steps=100000", "--save_checkpoints_steps=50")
+    # Without CAP_DAC_OVERRIDE, root obeys permission bits as any user does.
+    unprivileged = ("setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner")
+    with Background("estimator_dist.train", args, prefix=unprivileged) as run:
+        wait_for_checkpoint(str(model_dir), 50, 120)
+        model_dir.chmod(0o555)
+        code = run.wait(timeout=120)
+    output = run.output
+    found = re.search(
+        UNWRITABLE.format(
+            model_dir=re.escape(str(model_dir)),
+            reason="Permission denied",
+            fix=r"give this user \(uid 0\) write permission on that directory",
+        ),
+        output,
+    )
+    assert code == exit_codes.MODEL_DIR_UNWRITABLE, output
+    assert found, output
+    print(f"no permission; the first refused write: the {found['what']}, {found['path']}")
+    assert max(read_every_checkpoint(str(model_dir))) == int(found["step"]) >= 50, output
+
+
+def test_model_dir_without_write_permission_from_the_start_exits_9_before_training(
+    tmp_path, data_dir
+):
+    model_dir = tmp_path / "model"
+    model_dir.mkdir(mode=0o555)
+    args = task_args(model_dir, data_dir, "--train_steps=100")
+    unprivileged = ("setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner")
+    with Background("estimator_dist.train", args, prefix=unprivileged) as run:
+        code = run.wait(timeout=120)
+    output = run.output
+    assert code == exit_codes.MODEL_DIR_UNWRITABLE, output
+    assert re.search(
+        rf"task local failed \(exit 9\): cannot write the .+? to {re.escape(str(model_dir))}: "
+        r"Permission denied \(.+\)\. No checkpoint had been written yet\.",
+        output,
+    ), output
+    assert not os.listdir(model_dir)
+
+
+def test_full_model_dir_under_the_launcher_fails_at_once_with_exit_9(tmp_path, data_dir):
+    # The launcher's task logs live in model_dir/logs, on the same full filesystem.
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    args = [
+        "--num_workers=2",
+        "--max_restarts=3",
+        "--grace_secs=3",
+        "--timeout_secs=300",
+        "--",
+        *task_args(model_dir, data_dir, "--train_steps=100000", "--save_checkpoints_steps=50"),
+    ]
+    with Background(
+        "estimator_dist.launch", args, prefix=mount_namespace_prefix(model_dir, 50)
+    ) as launcher:
+        inside = f"/proc/{launcher.process.pid}/root{model_dir}"
+        wait_for_checkpoint(inside, 50, 180)
+        with open(os.path.join(inside, "filler"), "wb", buffering=0) as filler:
+            with pytest.raises(OSError, match="No space left on device"):
+                while True:
+                    filler.write(bytes(1 << 20))
+        code = int(launcher.wait_for_line(r"^exited with (\d+)", 120).group(1))
+        steps = read_every_checkpoint(inside)
+    output = launcher.output
+    assert code == exit_codes.MODEL_DIR_UNWRITABLE, output
+    assert re.search(
+        r"\[launcher\] attempt 0 failed: \S+ exited with code 9 \(MODEL_DIR_UNWRITABLE\): "
+        r"cannot write the .+No space left on device",
+        output,
+    ), output
+    assert "job failed (not retryable)" in output
+    assert "restarting the whole cluster" not in output
+    assert re.search(r"\[launcher\] cannot write \S+/logs/\S+\.log \(No space left", output)
+    assert max(steps) >= 50, output
