@@ -52,3 +52,9 @@ bench-horovod: $(HOROVOD_VENV)/.installed
 bench: $(STAMP)
 	$(MAKE) bench-horovod || echo "Horovod could not be built; the suite runs without its comparison."
 	TF_CPP_MIN_LOG_LEVEL=2 $(VENV)/bin/python -m benchmarks $(BENCH_ARGS)
+
+# The flag reference, generated from the flag definitions; a test fails when it is out of date.
+.PHONY: docs
+docs: $(STAMP)
+	$(VENV)/bin/python -m estimator_dist.flag_reference > docs/flags.md.tmp
+	mv docs/flags.md.tmp docs/flags.md
