@@ -207,6 +207,14 @@ class Preemption:
             self._stop.set()
         elif self._kind == "ps":
             self._wait_for_save(signalled)
+        elif signalled is not None and start is None:
+            self._exit(
+                self._role,
+                exit_codes.PREEMPTED,
+                "received a preemption signal before its training session started: nothing to "
+                "save; the restarted job starts from the latest checkpoint.",
+            )
+            self._stop.set()
         elif start is not None:
             if self.stop_at is None:
                 self._read_decision(start)

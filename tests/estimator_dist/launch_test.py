@@ -478,7 +478,7 @@ def test_a_preempted_task_restarts_the_job_with_no_step_lost(tmp_path, data_dir)
     assert code == 0, output
     stop = int(re.search(r"every task stops at global step (\d+)", output).group(1))
     assert re.search(
-        rf"restart after attempt 0: worker-0 exited with code 155 \(PREEMPTED\).*resumed from "
+        rf"restart after attempt 0: \S+ exited with code 155 \(PREEMPTED\).*resumed from "
         rf"checkpoint step {stop}, 0 step\(s\) lost",
         output,
     ), output
@@ -501,7 +501,9 @@ def test_with_parameter_servers_sigterm_saves_and_every_task_leaves(tmp_path, da
     ]
     with Background("estimator_dist.launch", args) as launcher:
         pids = started_pids(launcher, 3)
+        # Each worker steps on its own: wait until both have trained.
         launcher.wait_for_line(r"^\[chief\] .*loss = ", 120)
+        launcher.wait_for_line(r"^\[worker-0\] .*loss = ", 120)
         launcher.process.terminate()
         code = launcher.wait(timeout=60)
     output = launcher.output

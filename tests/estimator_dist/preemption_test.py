@@ -171,3 +171,11 @@ def test_a_real_sigterm_is_caught_and_becomes_a_request(tmp_path):
     assert json.loads(request.read_text()) == {"role": "worker-3", "step": 7, "signal": "SIGTERM"}
     assert worker.requested
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_task_signalled_before_its_session_starts_exits_at_once(tmp_path):
+    worker, exits = make(tmp_path, "worker-0", "worker")
+    worker.signalled()
+    worker.poll_once()
+    assert exits.codes == [exit_codes.PREEMPTED]
+    assert "before its training session started: nothing to save" in exits.calls[0][2]
