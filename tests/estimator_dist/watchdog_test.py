@@ -384,16 +384,21 @@ def test_fail_writes_one_line_and_exits_with_the_code(monkeypatch, capsys):
 # --- EvaluatorWatchdog ----------------------------------------------------------
 
 
-def test_evaluator_watchdog_exits_without_checkpoints_and_chief(tmp_path, refusing):
-    exits = Exits()
-    dog = EvaluatorWatchdog(
-        "evaluator-0", str(tmp_path), {"chief-0": refusing}, stall_timeout=0.2, exit_fn=exits
-    )
+def wait_for_exit(dog, exits):
+    """Runs the evaluator watchdog until it calls exit_fn (at most 10 s)."""
     dog.start()
     try:
         assert exits.event.wait(timeout=10), "the evaluator watchdog never called exit_fn"
     finally:
         dog.stop()
+
+
+def test_evaluator_watchdog_exits_without_checkpoints_and_chief(tmp_path, refusing):
+    exits = Exits()
+    dog = EvaluatorWatchdog(
+        "evaluator-0", str(tmp_path), {"chief-0": refusing}, stall_timeout=0.2, exit_fn=exits
+    )
+    wait_for_exit(dog, exits)
     role, code, cause = exits.calls[0]
     assert (role, code) == ("evaluator-0", exit_codes.STALLED)
     assert str(tmp_path) in cause
@@ -410,11 +415,7 @@ def test_evaluator_watchdog_tells_an_unending_evaluation_from_a_stall(tmp_path, 
     hook.after_create_session(session=None, coord=None)
     for _ in range(7):
         hook.after_run(run_context=None, run_values=None)
-    dog.start()
-    try:
-        assert exits.event.wait(timeout=10), "the evaluator watchdog never called exit_fn"
-    finally:
-        dog.stop()
+    wait_for_exit(dog, exits)
     role, code, cause = exits.calls[0]
     assert (role, code) == ("evaluator-0", exit_codes.EVAL_UNENDING)
     assert "read 7 batches without ending" in cause
@@ -429,11 +430,7 @@ def test_evaluator_watchdog_after_an_evaluation_ended_reports_a_stall(tmp_path, 
     hook = dog.eval_hook()
     hook.after_create_session(session=None, coord=None)
     hook.end(session=None)
-    dog.start()
-    try:
-        assert exits.event.wait(timeout=10), "the evaluator watchdog never called exit_fn"
-    finally:
-        dog.stop()
+    wait_for_exit(dog, exits)
     assert exits.codes[0] == exit_codes.STALLED
     assert "with no evaluation running" in exits.calls[0][2]
 
@@ -445,11 +442,7 @@ def test_evaluator_watchdog_names_the_latest_checkpoint(tmp_path, refusing):
     dog = EvaluatorWatchdog(
         "evaluator-0", str(tmp_path), {"chief-0": refusing}, stall_timeout=0.2, exit_fn=exits
     )
-    dog.start()
-    try:
-        assert exits.event.wait(timeout=10), "the evaluator watchdog never called exit_fn"
-    finally:
-        dog.stop()
+    wait_for_exit(dog, exits)
     assert exits.calls[0][1] == exit_codes.STALLED
     assert f"latest: {tmp_path / 'model.ckpt-7'}" in exits.calls[0][2]
 
