@@ -132,14 +132,15 @@ PROGRAMS = {
             bound=1.2,  # 0.41 to 0.62 measured
             deterministic=False,
         ),
-        # Evaluates 3 points outside the training range: 0.04 to 4.2 measured.
+        # Evaluates 3 points outside the training range: 0.04 to 4.2 measured in one process,
+        # 14.6 once on 2 workers, whose graph-seeded layer starts from other weights.
         Program(
             "migration_tf1",
             "--model_fn=_model_fn",
             input_fn="_input_fn",
             eval_input_fn="_eval_input_fn",
             metric="loss",
-            bound=10.0,
+            bound=30.0,
             warm_start=True,  # an unseeded TF1 dense layer
         ),
         Program("premade_iris", "--estimator=build", bound=0.8),  # 0.97 to 1.0
