@@ -161,7 +161,7 @@ def benchmark(
 
     Each figure of a row is the list of its measurements.
     """
-    from estimator_dist.params import parse_params_flag
+    from estimator_dist.base.params import parse_params_flag
     from model_fns import MODEL_FNS
 
     rows = []

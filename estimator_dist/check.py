@@ -29,7 +29,8 @@ from typing import List, Sequence, Tuple
 
 from absl import app, flags
 
-from estimator_dist import pitfalls, train
+from estimator_dist import train
+from estimator_dist.base import pitfalls
 
 PROGRAM = "estimator_dist.check"
 
@@ -49,7 +50,7 @@ def check_scripts(paths: Sequence[str]) -> Tuple[List[str], List[pitfalls.Pitfal
     Raises:
       UsageError: if a file cannot be read or is not Python.
     """
-    from estimator_dist.errors import UsageError
+    from estimator_dist.base.errors import UsageError
 
     verdicts, found = [], []
     for path in paths:
@@ -86,7 +87,7 @@ def check_job(train_args: Sequence[str], num_workers: int) -> List[pitfalls.Pitf
 
 def main(argv: Sequence[str]) -> int:
     """Prints one line per pitfall; exits 2 when one is fatal."""
-    from estimator_dist.errors import UsageError
+    from estimator_dist.base.errors import UsageError
 
     train_args = list(argv[1:])
     if not train_args and not _SCRIPT.value:

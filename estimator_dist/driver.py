@@ -37,9 +37,8 @@ from absl import logging
 from tensorflow.python.autograph.impl.api import autograph_artifact
 
 from estimator_dist import export, user_code
-from estimator_dist.cluster import EVALUATOR, ClusterConfig
-from estimator_dist.cpus import allowed_cores, onednn_enabled
-from estimator_dist.errors import (
+from estimator_dist.base.cluster import EVALUATOR, ClusterConfig
+from estimator_dist.base.errors import (
     CollectiveMismatchError,
     DataError,
     Error,
@@ -48,6 +47,7 @@ from estimator_dist.errors import (
     UsageError,
     UserCodeError,
 )
+from estimator_dist.cpus import allowed_cores, onednn_enabled
 from estimator_dist.guards import enter_task, start_preemption, start_watchdog
 from estimator_dist.job import JobConfig, check_micro_batches
 from estimator_dist.preflight import (

@@ -19,7 +19,7 @@ from typing import Any, Callable, List, Mapping, Sequence, Tuple
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist.errors import UsageError
+from estimator_dist.base.errors import UsageError
 
 #: What `--export` can name.
 EXPORTS = ("latest", "best")

@@ -18,7 +18,7 @@ from typing import Optional, Union
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist.cluster import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig
+from estimator_dist.base.cluster import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig
 from estimator_dist.preemption import Preemption
 from estimator_dist.watchdog import EvaluatorWatchdog, Watchdog
 

@@ -12,8 +12,8 @@ import json
 from typing import Any, Mapping, Optional, Tuple
 
 from estimator_dist import export
-from estimator_dist import params as params_lib
-from estimator_dist.errors import UsageError
+from estimator_dist.base import params as params_lib
+from estimator_dist.base.errors import UsageError
 from model_fns.optimizers import ACCUMULATION_STEPS, MICRO_BATCHES
 from run_config.run_config import RunConfigOptions
 from run_config.strategies import StrategyConfig

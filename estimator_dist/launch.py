@@ -33,7 +33,7 @@ stops every task (SIGTERM, then SIGKILL after --grace_secs). The cause it
 reports is that task's, except that a task which only lost a peer (exit
 150) makes it wait up to `ROOT_CAUSE_SECS` for the exit of the peer. For a
 retryable cause (a signal, or an exit code of 128 or more, see
-`estimator_dist.exit_codes`) it restarts the whole cluster, which resumes from
+`estimator_dist.base.exit_codes`) it restarts the whole cluster, which resumes from
 the latest checkpoint in the shared model_dir, up to --max_restarts times with
 exponential backoff. It gives up at once when the same cause (pids, ports,
 timings and steps aside) ends two attempts at the same checkpoint step: a
@@ -66,10 +66,11 @@ from typing import List, Optional, Sequence, Tuple
 import portpicker
 from absl import app, flags
 
-from estimator_dist import exit_codes, netns, pitfalls, train
+from estimator_dist import netns, train
 from estimator_dist import script as script_lib
-from estimator_dist.cluster import make_local_cluster
-from estimator_dist.errors import Error, UsageError
+from estimator_dist.base import exit_codes, pitfalls
+from estimator_dist.base.cluster import make_local_cluster
+from estimator_dist.base.errors import Error, UsageError
 from estimator_dist.supervise import Launcher, RestartPolicy
 
 PROGRAM = "estimator_dist.launch"

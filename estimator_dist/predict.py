@@ -60,7 +60,7 @@ def find_saved_model(path: str) -> str:
     """
     import tensorflow as tf
 
-    from estimator_dist.errors import UsageError
+    from estimator_dist.base.errors import UsageError
 
     def has_model(directory: str) -> bool:
         return tf.io.gfile.exists(os.path.join(directory, "saved_model.pb"))
@@ -121,7 +121,7 @@ def predict(
     """
     import tensorflow as tf
 
-    from estimator_dist.errors import UsageError
+    from estimator_dist.base.errors import UsageError
 
     scope = tf.distribute.MirroredStrategy() if strategy == "mirrored" else None
     if scope is not None:
@@ -172,7 +172,7 @@ def predict(
 def _batches(input_fn_name: str, params: Mapping[str, Any], limit: Optional[int]) -> Iterator:
     import tensorflow as tf
 
-    from estimator_dist.errors import UsageError
+    from estimator_dist.base.errors import UsageError
     from estimator_dist.user_code import bind_input_fn, check_input_fn_args
     from input_fns import INPUT_FNS, prepare_input
     from input_fns.pipeline import EVAL
@@ -227,8 +227,8 @@ def main(argv: Sequence[str]) -> int:
     """Entry point: predicts, then prints a one-line summary to standard error."""
     if len(argv) > 1:
         usage_exit(PROGRAM, f"unexpected positional arguments {list(argv[1:])}.")
-    from estimator_dist.errors import UsageError
-    from estimator_dist.params import parse_params_flag
+    from estimator_dist.base.errors import UsageError
+    from estimator_dist.base.params import parse_params_flag
 
     try:
         params: Dict[str, Any] = {

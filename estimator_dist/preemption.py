@@ -44,7 +44,7 @@ from typing import Callable, List, Optional
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist import exit_codes
+from estimator_dist.base import exit_codes
 from estimator_dist.watchdog import fail
 
 #: Directory of `model_dir` where requests and the decision are written.

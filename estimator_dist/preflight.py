@@ -22,8 +22,9 @@ import tensorflow as tf
 from absl import logging
 from tensorflow.python.util import function_utils
 
-from estimator_dist import pitfalls, user_code
-from estimator_dist.errors import Error, UsageError, UserCodeError
+from estimator_dist import user_code
+from estimator_dist.base import pitfalls
+from estimator_dist.base.errors import Error, UsageError, UserCodeError
 from estimator_dist.job import JobConfig
 from input_fns import INPUT_FNS, prepare_input
 from model_fns import ESTIMATORS, KERAS_MODELS, MODEL_FNS

@@ -33,8 +33,8 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from absl import logging
 
-from estimator_dist.cluster import CHIEF, EVALUATOR, ClusterConfig
-from estimator_dist.errors import ClusterMismatchError, ClusterTimeoutError, PortInUseError
+from estimator_dist.base.cluster import CHIEF, EVALUATOR, ClusterConfig
+from estimator_dist.base.errors import ClusterMismatchError, ClusterTimeoutError, PortInUseError
 
 _RETRY_SECS = 0.5
 _IO_TIMEOUT = 10.0

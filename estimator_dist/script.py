@@ -11,7 +11,7 @@ TF_CONFIG it runs the script in this one process. The flags before the script's
 path are this module's; everything after it is the script's own arguments.
 
 Before the script runs, TF_CONFIG is validated and normalised
-(`estimator_dist.cluster`: `master` becomes `chief`, an `evaluator` listed in
+(`estimator_dist.base.cluster`: `master` becomes `chief`, an `evaluator` listed in
 `cluster` is taken out, a worker-only cluster gets a chief) and written back,
 eager execution is turned off (the evaluator crashes in eager mode), and the
 script gets the `sys.argv` and `sys.path` that `python train.py ...` gives it.
@@ -31,7 +31,7 @@ While it runs, `tf.estimator.train_and_evaluate` (and its
   `estimator_dist.train` does (`user_code.bind_input_fn`), makes the
   evaluator write `model_dir/eval_metrics.json`, and the chief
   `model_dir/run_record.json`;
-* turns failures into the package's exit codes (`estimator_dist.exit_codes`).
+* turns failures into the package's exit codes (`estimator_dist.base.exit_codes`).
 
 On a task of a cluster, `estimator.train(...)` and `estimator.evaluate(...)`
 called outside `train_and_evaluate` fail at once with exit code 2, and a
@@ -60,9 +60,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Seque
 
 from absl import app, flags, logging
 
-from estimator_dist import exit_codes, pitfalls, train
-from estimator_dist.cluster import CHIEF, EVALUATOR, WORKER, ClusterConfig, parse_tf_config
-from estimator_dist.errors import Error, UsageError, UserCodeError
+from estimator_dist import train
+from estimator_dist.base import exit_codes, pitfalls
+from estimator_dist.base.cluster import CHIEF, EVALUATOR, WORKER, ClusterConfig, parse_tf_config
+from estimator_dist.base.errors import Error, UsageError, UserCodeError
 from run_config.names import COMMUNICATIONS, MULTI_WORKER_MIRRORED, OFF, PARAMETER_SERVER
 
 if TYPE_CHECKING:
@@ -582,7 +583,7 @@ class ScriptTask:
         import tensorflow as tf
 
         from estimator_dist import driver
-        from estimator_dist.errors import DataError
+        from estimator_dist.base.errors import DataError
         from estimator_dist.guards import start_preemption, start_watchdog
 
         self._startup.mark("script")

@@ -27,9 +27,9 @@ import threading
 import time
 from typing import IO, Callable, List, Optional, Sequence, Set, Tuple
 
-from estimator_dist import exit_codes
 from estimator_dist import script as script_lib
-from estimator_dist.cluster import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig
+from estimator_dist.base import exit_codes
+from estimator_dist.base.cluster import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig
 from estimator_dist.cpus import split_cores
 
 #: `prctl` option: the signal a process gets when the thread that started it ends.

@@ -310,9 +310,9 @@ def job_from_flags(f: flags.FlagValues = flags.FLAGS) -> JobConfig:
     Raises:
       UsageError: if the values do not make a valid job.
     """
+    from estimator_dist.base.errors import UsageError
+    from estimator_dist.base.params import parse_params_flag
     from estimator_dist.driver import JobConfig
-    from estimator_dist.errors import UsageError
-    from estimator_dist.params import parse_params_flag
     from run_config.run_config import RunConfigOptions
     from run_config.strategies import StrategyConfig
 
@@ -378,7 +378,7 @@ def job_from_args(args: Sequence[str], known_only: bool = False) -> JobConfig:
     Raises:
       UsageError: for a bad flag or value.
     """
-    from estimator_dist.errors import UsageError
+    from estimator_dist.base.errors import UsageError
 
     flag_values = flags.FlagValues()
     define_flags(flag_values)
@@ -415,8 +415,8 @@ def main(argv: Sequence[str]) -> int:
         usage_exit(
             PROGRAM, f"unexpected positional arguments {list(argv[1:])}; every setting is a --flag."
         )
-    from estimator_dist.cluster import parse_tf_config
-    from estimator_dist.errors import Error, UsageError
+    from estimator_dist.base.cluster import parse_tf_config
+    from estimator_dist.base.errors import Error, UsageError
 
     try:
         cluster = parse_tf_config(os.environ.get("TF_CONFIG"))

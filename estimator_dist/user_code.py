@@ -17,7 +17,7 @@ fix in the user's own names.
 >>> check_input_fn_args(input_fn, "iris:input_fn", "--input_fn")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-estimator_dist.errors.UsageError: --input_fn=iris:input_fn takes features, labels, ...
+estimator_dist.base.errors.UsageError: --input_fn=iris:input_fn takes features, labels, ...
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any, Callable, List, Mapping, Optional, Tuple
 import tensorflow as tf
 from tensorflow.python.util import function_utils
 
-from estimator_dist.errors import UsageError
+from estimator_dist.base.errors import UsageError
 from run_config.teardown import without_autotune
 
 #: Arguments Estimator passes to an input_fn that declares them.

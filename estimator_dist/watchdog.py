@@ -47,7 +47,7 @@ import tensorflow as tf
 from absl import logging
 from tensorflow.python.training import monitored_session
 
-from estimator_dist import exit_codes
+from estimator_dist.base import exit_codes
 
 FAILURE_PREFIX = exit_codes.FAILURE_PREFIX
 #: Why a cluster task whose training loop ended early fails, and the fix.

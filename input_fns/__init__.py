@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from estimator_dist.registry import Registry
+from estimator_dist.base.registry import Registry
 from input_fns import csv_input, digits, synthetic, tabular, tfds_input, tfrecord
 
 INPUT_FNS = Registry(

@@ -21,7 +21,7 @@ from typing import Callable, Optional
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist.errors import DataError
+from estimator_dist.base.errors import DataError
 
 START = "<bad-data>"
 END = "</bad-data>"

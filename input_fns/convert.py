@@ -29,7 +29,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from absl import app, flags
 
-from estimator_dist.errors import DataError, UsageError
+from estimator_dist.base.errors import DataError, UsageError
 from input_fns import bad_data, csv_input, digits, tfds_input
 from input_fns.specs import FeatureSpec, format_specs
 
@@ -327,7 +327,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
 
 def main(argv: Sequence[str]) -> int:
     """Flags in, one `convert` call, a summary out."""
-    from estimator_dist.exit_codes import BAD_DATA
+    from estimator_dist.base.exit_codes import BAD_DATA
     from estimator_dist.train import usage_exit
 
     if len(argv) > 1:

@@ -30,8 +30,8 @@ from typing import Any, Mapping, Optional, Tuple, Union
 
 import tensorflow as tf
 
-from estimator_dist.errors import UsageError
-from estimator_dist.params import from_params
+from estimator_dist.base.errors import UsageError
+from estimator_dist.base.params import from_params
 from input_fns import bad_data, ids
 from input_fns.pipeline import (
     CHUNK,

@@ -21,7 +21,7 @@ from typing import Any, Callable, ClassVar, Iterator, Mapping, Optional, Tuple
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist.errors import UsageError
+from estimator_dist.base.errors import UsageError
 
 #: `tf.estimator.ModeKeys` values, spelled out so that reading data (as
 #: `estimator_dist.predict` does) never imports tensorflow_estimator.

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Optional, Tuple
 
 import tensorflow as tf
 
-from estimator_dist.params import from_params
+from estimator_dist.base.params import from_params
 from input_fns import ids
 from input_fns.pipeline import (
     CHUNK,

@@ -46,7 +46,7 @@ from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from estimator_dist.params import from_params
+from estimator_dist.base.params import from_params
 from input_fns.pipeline import (
     TRAIN,
     PipelineParams,

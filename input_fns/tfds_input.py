@@ -26,8 +26,8 @@ from typing import Any, Callable, Mapping, Optional
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from estimator_dist.errors import DatasetNotFoundError, UsageError
-from estimator_dist.params import from_params
+from estimator_dist.base.errors import DatasetNotFoundError, UsageError
+from estimator_dist.base.params import from_params
 from input_fns import ids
 from input_fns.pipeline import (
     CHUNK,

@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 import tensorflow as tf
 from absl import app, flags
 
-from estimator_dist.errors import UsageError
+from estimator_dist.base.errors import UsageError
 from input_fns import ids
 from input_fns.pipeline import TRAIN
 
@@ -255,7 +255,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
 
 def main(argv: Sequence[str]) -> int:
     """Flags in, one check, the report out; exit 1 unless disjoint and complete."""
-    from estimator_dist.params import parse_params_flag
+    from estimator_dist.base.params import parse_params_flag
     from estimator_dist.train import usage_exit
     from input_fns import INPUT_FNS
 

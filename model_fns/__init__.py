@@ -14,7 +14,7 @@ Registered names:
 * `ESTIMATORS`: `canned_dnn`, `canned_linear`, `canned_wide_and_deep`
 """
 
-from estimator_dist.registry import Registry
+from estimator_dist.base.registry import Registry
 from model_fns import canned, keras_cnn, mnist_cnn, resnet_cifar, tabular
 
 MODEL_FNS = Registry(

@@ -38,7 +38,7 @@ from typing import Any, Callable, Mapping, Optional, Union
 
 import tensorflow as tf
 
-from estimator_dist.params import from_params
+from estimator_dist.base.params import from_params
 from model_fns.feature_columns import deep_columns, resolve_specs, wide_columns
 from model_fns.tabular import DnnParams, LinearParams, WideDeepParams
 

@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import tensorflow as tf
 
-from estimator_dist.errors import UsageError
+from estimator_dist.base.errors import UsageError
 
 #: Default bucket boundaries: quarter-to-one standard deviations of
 #: standardised data.

@@ -11,8 +11,8 @@ from typing import Any, Mapping
 
 import tensorflow as tf
 
-from estimator_dist.errors import UsageError
-from estimator_dist.params import from_params
+from estimator_dist.base.errors import UsageError
+from estimator_dist.base.params import from_params
 from model_fns.mnist_cnn import CnnParams, build_layers
 
 

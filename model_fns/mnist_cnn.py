@@ -21,7 +21,7 @@ from typing import Any, Mapping, Optional
 
 import tensorflow as tf
 
-from estimator_dist.params import from_params
+from estimator_dist.base.params import from_params
 from model_fns.optimizers import (
     micro_batches,
     minimize_in_micro_batches,

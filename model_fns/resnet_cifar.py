@@ -43,7 +43,7 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist.params import from_params
+from estimator_dist.base.params import from_params
 from model_fns.optimizers import with_gradient_accumulation
 
 BATCH_NORM_MODES = ("local", "sync")

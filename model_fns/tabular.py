@@ -34,7 +34,7 @@ from typing import Any, Callable, List, Mapping, Optional, Tuple, Union
 
 import tensorflow as tf
 
-from estimator_dist.params import from_params
+from estimator_dist.base.params import from_params
 from model_fns.feature_columns import ColumnParams, deep_columns, resolve_specs, wide_columns
 from model_fns.heads import Head, validate_head
 from model_fns.optimizers import with_gradient_accumulation

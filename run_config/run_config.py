@@ -12,8 +12,8 @@ from typing import Optional
 
 import tensorflow as tf
 
-from estimator_dist.errors import UsageError
-from estimator_dist.pitfalls import CHECKPOINT_SECS
+from estimator_dist.base.errors import UsageError
+from estimator_dist.base.pitfalls import CHECKPOINT_SECS
 
 _COLLECTIVE_STRATEGIES = (
     "CollectiveAllReduceStrategy",
@@ -96,7 +96,7 @@ def make_run_config(
     """Builds a RunConfig.
 
     Reads TF_CONFIG from the environment, as `tf.estimator.RunConfig` always
-    does: set it (normalised, see `estimator_dist.cluster`) before calling.
+    does: set it (normalised, see `estimator_dist.base.cluster`) before calling.
 
     Args:
       options: Checkpoint, summary and thread settings.

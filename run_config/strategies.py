@@ -22,8 +22,8 @@ from typing import Optional
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist.cluster import EVALUATOR, PS, ClusterConfig
-from estimator_dist.errors import UsageError
+from estimator_dist.base.cluster import EVALUATOR, PS, ClusterConfig
+from estimator_dist.base.errors import UsageError
 from run_config.names import (
     CENTRAL_STORAGE,
     COMMUNICATIONS,

@@ -10,9 +10,10 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.autograph.impl.api import is_autograph_artifact
 
-from estimator_dist import driver, exit_codes
+from estimator_dist import driver
+from estimator_dist.base import exit_codes
+from estimator_dist.base.errors import DataError, ModelDirUnwritableError, PeerFailureError
 from estimator_dist.driver import is_peer_error, model_fn_as_written
-from estimator_dist.errors import DataError, ModelDirUnwritableError, PeerFailureError
 from run_config.run_config import RunConfigOptions
 
 

@@ -21,7 +21,7 @@ import pytest
 import tensorflow as tf
 
 from estimator_dist import predict
-from estimator_dist.params import parse_params_flag
+from estimator_dist.base.params import parse_params_flag
 from model_fns import mnist_cnn
 from run_config.names import COMMUNICATIONS
 from tests import task_inputs

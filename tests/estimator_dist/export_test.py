@@ -4,8 +4,8 @@ import pytest
 import tensorflow as tf
 
 from estimator_dist import export
+from estimator_dist.base.errors import UsageError
 from estimator_dist.driver import JobConfig
-from estimator_dist.errors import UsageError
 from run_config.run_config import RunConfigOptions
 
 

@@ -21,7 +21,7 @@ import portpicker
 import pytest
 import tensorflow as tf
 
-from estimator_dist import exit_codes
+from estimator_dist.base import exit_codes
 from tests.procs import Background
 
 STEP_LINE = r"^\[chief\] .*\] loss = .*step = (\d+)"

@@ -11,8 +11,8 @@ import time
 import pytest
 import tensorflow as tf
 
-from estimator_dist import exit_codes
-from estimator_dist.cluster import make_local_cluster
+from estimator_dist.base import exit_codes
+from estimator_dist.base.cluster import make_local_cluster
 from estimator_dist.cpus import split_cores
 from estimator_dist.launch import model_dir_of
 from estimator_dist.supervise import (

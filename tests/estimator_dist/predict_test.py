@@ -2,7 +2,7 @@
 
 import pytest
 
-from estimator_dist.errors import UsageError
+from estimator_dist.base.errors import UsageError
 from estimator_dist.predict import find_saved_model
 
 

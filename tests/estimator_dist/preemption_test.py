@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from estimator_dist import exit_codes
+from estimator_dist.base import exit_codes
 from estimator_dist.preemption import DECISION_FILE, PREEMPTION_DIR, Preemption
 from estimator_dist.watchdog import Watchdog
 

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_dist import driver, exit_codes, user_code
-from estimator_dist.errors import UsageError, UserCodeError
+from estimator_dist import driver, user_code
+from estimator_dist.base import exit_codes
+from estimator_dist.base.errors import UsageError, UserCodeError
 from estimator_dist.job import JobConfig
 from estimator_dist.preflight import preflight
 from run_config.run_config import RunConfigOptions

@@ -15,8 +15,8 @@ import portpicker
 import pytest
 
 from estimator_dist import rendezvous as rendezvous_module
-from estimator_dist.cluster import ClusterConfig, make_local_cluster
-from estimator_dist.errors import ClusterMismatchError, ClusterTimeoutError, PortInUseError
+from estimator_dist.base.cluster import ClusterConfig, make_local_cluster
+from estimator_dist.base.errors import ClusterMismatchError, ClusterTimeoutError, PortInUseError
 from estimator_dist.rendezvous import _problems, diff_views, rendezvous
 
 pytestmark = pytest.mark.timeout(60)

@@ -19,8 +19,8 @@ import portpicker
 import pytest
 import tensorflow as tf
 
-from estimator_dist import exit_codes, pitfalls
-from estimator_dist.cluster import ClusterConfig, parse_tf_config
+from estimator_dist.base import exit_codes, pitfalls
+from estimator_dist.base.cluster import ClusterConfig, parse_tf_config
 from estimator_dist.script import (
     MAX_STEPS_MARKER,
     ScriptConfig,

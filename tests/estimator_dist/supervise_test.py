@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from estimator_dist import exit_codes
-from estimator_dist.cluster import make_local_cluster
+from estimator_dist.base import exit_codes
+from estimator_dist.base.cluster import make_local_cluster
 from estimator_dist.supervise import Failure, Launcher, Task, _exit_code_of, describe_exit
 
 pytestmark = pytest.mark.timeout(60)

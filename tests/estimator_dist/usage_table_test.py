@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from tests.estimator_dist.cluster_test import MALFORMED
+from tests.estimator_dist.base.cluster_test import MALFORMED
 from tests.procs import run_module
 
 TWO = {"chief": ["localhost:2222"], "worker": ["localhost:2223"]}

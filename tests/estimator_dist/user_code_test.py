@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from estimator_dist import user_code
-from estimator_dist.errors import UsageError
+from estimator_dist.base.errors import UsageError
 
 EVAL = tf.estimator.ModeKeys.EVAL
 TRAIN = tf.estimator.ModeKeys.TRAIN

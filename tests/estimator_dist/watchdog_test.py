@@ -17,7 +17,8 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.training import monitored_session
 
-from estimator_dist import exit_codes, watchdog
+from estimator_dist import watchdog
+from estimator_dist.base import exit_codes
 from estimator_dist.watchdog import EvaluatorWatchdog, Watchdog, unreachable
 
 pytestmark = pytest.mark.timeout(60)

@@ -10,7 +10,7 @@ import os
 import pytest
 import tensorflow as tf
 
-from estimator_dist.errors import DataError
+from estimator_dist.base.errors import DataError
 from input_fns import bad_data
 from tests.input_fns import data
 from tests.procs import run_module

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_dist.errors import DataError, UsageError
-from estimator_dist.params import parse_params_flag
+from estimator_dist.base.errors import DataError, UsageError
+from estimator_dist.base.params import parse_params_flag
 from input_fns import digits, tfrecord
 from input_fns.convert import SPEC_FILE, ConvertConfig, convert, training_params
 from tests.input_fns import data

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_dist.errors import DataError, UsageError
+from estimator_dist.base.errors import DataError, UsageError
 from input_fns import INPUT_FNS, bad_data, csv_input, prepare_input
 from tests.input_fns import data
 from tests.input_fns.data import read_all

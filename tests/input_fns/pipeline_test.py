@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 import tensorflow as tf
 
-from estimator_dist.errors import UsageError
-from estimator_dist.params import INPUT_KEYS
+from estimator_dist.base.errors import UsageError
+from estimator_dist.base.params import INPUT_KEYS
 from input_fns import csv_input, pipeline, synthetic, tfds_input, tfrecord
 from tests.input_fns.data import context
 

@@ -3,7 +3,7 @@
 import pytest
 import tensorflow as tf
 
-from estimator_dist.errors import UsageError
+from estimator_dist.base.errors import UsageError
 from input_fns import INPUT_FNS, synthetic
 from tests.input_fns.data import context
 

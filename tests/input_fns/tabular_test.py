@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_dist.errors import UsageError
+from estimator_dist.base.errors import UsageError
 from input_fns import INPUT_FNS, prepare_input, tabular
 
 TRAIN = tf.estimator.ModeKeys.TRAIN

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from estimator_dist.errors import DatasetNotFoundError, UsageError
+from estimator_dist.base.errors import DatasetNotFoundError, UsageError
 from input_fns import INPUT_FNS, digits, prepare_input, tfds_input
 
 TRAIN = tf.estimator.ModeKeys.TRAIN

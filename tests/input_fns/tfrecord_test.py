@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_dist.errors import DataError, UsageError
+from estimator_dist.base.errors import DataError, UsageError
 from input_fns import INPUT_FNS, bad_data, prepare_input, tfrecord
 from tests.input_fns import data
 from tests.input_fns.data import context, feature, read_all

@@ -12,8 +12,9 @@ import os
 import pytest
 import tensorflow as tf
 
-from estimator_dist import driver, pitfalls
-from estimator_dist.errors import UsageError
+from estimator_dist import driver
+from estimator_dist.base import pitfalls
+from estimator_dist.base.errors import UsageError
 from input_fns import csv_input, digits, ids, tfrecord, verify
 from input_fns.convert import ConvertConfig, convert, training_params
 from tests.input_fns import data
@@ -213,7 +214,7 @@ def launch(tmp_path, train_args):
 
 
 def params_dict(text):
-    from estimator_dist.params import parse_params_flag
+    from estimator_dist.base.params import parse_params_flag
 
     return parse_params_flag(text)
 

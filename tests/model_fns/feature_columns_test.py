@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_dist.errors import UsageError
-from estimator_dist.params import from_params
+from estimator_dist.base.errors import UsageError
+from estimator_dist.base.params import from_params
 from model_fns import feature_columns
 from model_fns.feature_columns import ColumnParams, deep_columns, resolve_specs, wide_columns
 

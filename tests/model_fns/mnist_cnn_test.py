@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_dist.errors import UsageError
-from estimator_dist.params import from_params
+from estimator_dist.base.errors import UsageError
+from estimator_dist.base.params import from_params
 from model_fns import KERAS_MODELS, MODEL_FNS, keras_cnn, mnist_cnn
 from model_fns.mnist_cnn import CnnParams
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_dist.errors import UsageError
-from estimator_dist.params import from_params
+from estimator_dist.base.errors import UsageError
+from estimator_dist.base.params import from_params
 from model_fns import MODEL_FNS, resnet_cifar
 from model_fns.resnet_cifar import ResnetParams
 from tests.procs import run_module

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_dist.errors import UsageError
-from estimator_dist.params import from_params
+from estimator_dist.base.errors import UsageError
+from estimator_dist.base.params import from_params
 from input_fns import tabular as tabular_input
 from model_fns import MODEL_FNS, tabular
 from model_fns.heads import Head

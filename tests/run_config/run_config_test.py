@@ -3,8 +3,8 @@
 import pytest
 import tensorflow as tf
 
-from estimator_dist.errors import UsageError
-from estimator_dist.pitfalls import CHECKPOINT_SECS
+from estimator_dist.base.errors import UsageError
+from estimator_dist.base.pitfalls import CHECKPOINT_SECS
 from run_config.run_config import (
     RunConfigOptions,
     make_run_config,

@@ -20,7 +20,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.distribute.values import PerReplica
 
-from estimator_dist.cluster import make_local_cluster
+from estimator_dist.base.cluster import make_local_cluster
 from run_config.sparse import reduce_sparse_as_dense
 from run_config.strategies import StrategyConfig, get_strategy
 from run_config.wire import send_gradients_as

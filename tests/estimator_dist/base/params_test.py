@@ -6,8 +6,8 @@ from typing import Optional
 
 import pytest
 
-from estimator_dist.errors import UsageError
-from estimator_dist.params import INPUT_KEYS, from_params, parse_params_flag
+from estimator_dist.base.errors import UsageError
+from estimator_dist.base.params import INPUT_KEYS, from_params, parse_params_flag
 
 
 @dataclasses.dataclass(frozen=True)

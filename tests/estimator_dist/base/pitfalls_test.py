@@ -5,8 +5,9 @@ import textwrap
 import pytest
 import tensorflow as tf
 
-from estimator_dist import driver, pitfalls
-from estimator_dist.errors import UsageError
+from estimator_dist import driver
+from estimator_dist.base import pitfalls
+from estimator_dist.base.errors import UsageError
 from run_config.run_config import RunConfigOptions
 from tests.procs import REPO, run_module
 

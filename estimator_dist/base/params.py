@@ -20,7 +20,7 @@ from typing import Any, Mapping, Type, TypeVar
 
 import yaml
 
-from estimator_dist.errors import UsageError
+from estimator_dist.base.errors import UsageError
 
 #: Keys the driver and `--params` put into `params` for input functions
 #: (every field of the `input_fns` parameter classes); model functions

@@ -2,8 +2,8 @@
 
 import pytest
 
-from estimator_dist import errors, exit_codes
-from estimator_dist.exit_codes import is_retryable
+from estimator_dist.base import errors, exit_codes
+from estimator_dist.base.exit_codes import is_retryable
 
 NAMED_CODES = {
     name: value

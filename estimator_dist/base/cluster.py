@@ -43,7 +43,7 @@ import re
 import types
 from typing import Any, Mapping, Optional, Sequence, Tuple
 
-from estimator_dist.errors import ClusterConfigError
+from estimator_dist.base.errors import ClusterConfigError
 
 CHIEF = "chief"
 WORKER = "worker"

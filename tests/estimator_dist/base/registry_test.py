@@ -4,8 +4,8 @@ import os.path
 
 import pytest
 
-from estimator_dist.errors import Error, RegistryError, UsageError
-from estimator_dist.registry import Registry
+from estimator_dist.base.errors import Error, RegistryError, UsageError
+from estimator_dist.base.registry import Registry
 
 NOT_CALLABLE = 42
 

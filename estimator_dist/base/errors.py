@@ -3,12 +3,12 @@
 Every exception raised on purpose by estimator-dist derives from `Error`.
 `UsageError` marks a problem the user fixes by changing a flag, a TF_CONFIG
 or a data path: entry points print its message and exit with code 2. See
-`estimator_dist.exit_codes` for what each code means to a scheduler.
+`estimator_dist.base.exit_codes` for what each code means to a scheduler.
 `DataError` marks a bad record found while training: exit code 3, and
 retrying fails the same way.
 """
 
-from estimator_dist import exit_codes
+from estimator_dist.base import exit_codes
 
 
 class Error(Exception):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 from typing import Callable, Dict, Generic, Iterator, Mapping, Optional, TypeVar
 
-from estimator_dist.errors import RegistryError
+from estimator_dist.base.errors import RegistryError
 
 T = TypeVar("T", bound=Callable)
 
