@@ -17,7 +17,7 @@ thread for training, as in FACTS.md:
    epoch only.
 
 Each input_fn runs as the package hands it to Estimator (`bind_input_fn`:
-tf.data autotuning off, see `run_config.teardown`).
+tf.data autotuning off, see `estimator_dist.base.tf_patches`).
 
 The pipeline can feed training when (1) / (2) is above 1; (3) / (2) then
 shows what the pipeline's CPU time costs training when both share one core.
@@ -63,7 +63,7 @@ def write_data(directory: str, shape: tuple, count: int, shards: int) -> str:
 
 def measure_input(params: dict, workers: int, seconds: float) -> float:
     """Examples/s that worker 0's tfrecord input_fn delivers."""
-    from estimator_dist.driver import bind_input_fn
+    from estimator_dist.user_code import bind_input_fn
     from input_fns import tfrecord
 
     context = tf.distribute.InputContext(workers, 0, workers)
@@ -103,7 +103,7 @@ class StepTimer(tf.estimator.SessionRunHook):
 
 def measure_training(model: str, input_name: str, params: dict, seconds: float) -> float:
     """Examples/s one Estimator worker trains at, after a warm-up, with 1+1 threads."""
-    from estimator_dist.driver import bind_input_fn
+    from estimator_dist.user_code import bind_input_fn
     from input_fns import INPUT_FNS
     from model_fns import MODEL_FNS
 

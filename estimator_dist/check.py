@@ -29,8 +29,8 @@ from typing import List, Sequence, Tuple
 
 from absl import app, flags
 
-from estimator_dist import train
-from estimator_dist.base import pitfalls
+from estimator_dist import train_flags
+from estimator_dist.base import cli, pitfalls
 
 PROGRAM = "estimator_dist.check"
 
@@ -77,12 +77,12 @@ def check_job(train_args: Sequence[str], num_workers: int) -> List[pitfalls.Pitf
     Raises:
       UsageError: for bad flags or a fatal pitfall (the message lists them).
     """
-    from estimator_dist import driver
+    from estimator_dist import preflight
 
     args = list(train_args)
     if not any(arg.startswith("--model_dir") for arg in args):
         args.append("--model_dir=/nonexistent/estimator_dist_check")
-    return list(driver.preflight(train.job_from_args(args), num_workers).pitfalls)
+    return list(preflight.preflight(train_flags.job_from_args(args), num_workers).pitfalls)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -91,7 +91,7 @@ def main(argv: Sequence[str]) -> int:
 
     train_args = list(argv[1:])
     if not train_args and not _SCRIPT.value:
-        train.usage_exit(
+        cli.usage_exit(
             PROGRAM, "nothing to check: give --script=FILE and/or training flags after '--'."
         )
     try:
@@ -99,14 +99,14 @@ def main(argv: Sequence[str]) -> int:
         if train_args:
             found += check_job(train_args, _NUM_WORKERS.value)
     except UsageError as error:
-        train.usage_exit(PROGRAM, str(error))
+        cli.usage_exit(PROGRAM, str(error))
     print("\n".join([*verdicts, pitfalls.format_report(found)]), flush=True)
     return 2 if any(pitfall.fatal for pitfall in found) else 0
 
 
 def run() -> None:
     """Console-script entry point."""
-    app.run(main, flags_parser=train.make_flags_parser(PROGRAM))
+    app.run(main, flags_parser=cli.make_flags_parser(PROGRAM))
 
 
 if __name__ == "__main__":

@@ -54,24 +54,22 @@ once: they hold the kernel's parent death signal.
 from __future__ import annotations
 
 import dataclasses
-import glob
-import os
-import shutil
 import signal
 import sys
 import tempfile
 import time
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import portpicker
 from absl import app, flags
 
-from estimator_dist import netns, train
-from estimator_dist import script as script_lib
-from estimator_dist.base import exit_codes, pitfalls
-from estimator_dist.base.cluster import make_local_cluster
+from estimator_dist import netns, train_flags
+from estimator_dist import script_config as script_lib
+from estimator_dist.base import cli, pitfalls
+from estimator_dist.base.cluster import ClusterConfig, make_local_cluster
 from estimator_dist.base.errors import Error, UsageError
-from estimator_dist.supervise import Launcher, RestartPolicy
+from estimator_dist.restarts import RestartSettings, run_with_restarts
+from estimator_dist.supervise import Launcher
 
 PROGRAM = "estimator_dist.launch"
 
@@ -162,11 +160,6 @@ def _raise_signalled(signum: int, frame: object) -> None:
     raise _Signalled(signum)
 
 
-def _remove_worker_dirs(model_dir: str) -> None:
-    for path in glob.glob(os.path.join(model_dir, "tmp_worker_*")):
-        shutil.rmtree(path, ignore_errors=True)
-
-
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """What every task runs, and what the launcher needs to supervise it.
@@ -196,7 +189,7 @@ def _train_plan(train_args: Sequence[str]) -> Plan:
         fatal pitfall.
       Error: when the user's model_fn or input_fn raises in the pre-flight.
     """
-    from estimator_dist import driver
+    from estimator_dist import driver, preflight
 
     given = [name for name in script_lib.FLAG_NAMES if flags.FLAGS[name].present]
     if given:
@@ -207,16 +200,12 @@ def _train_plan(train_args: Sequence[str]) -> Plan:
     args = list(train_args)
     if not any(arg.startswith("--model_dir") for arg in args):
         args.append(f"--model_dir={tempfile.mkdtemp(prefix='estimator_dist-')}")
-    job = train.job_from_args(args, known_only=True)
-    if job.batch_size % _NUM_WORKERS.value:
-        raise UsageError(
-            f"--batch_size={job.batch_size} is the global batch and must divide evenly "
-            f"over --num_workers={_NUM_WORKERS.value} workers."
-        )
-    driver.check_micro_batches(job.batch_size, job.micro_batches, _NUM_WORKERS.value)
-    checked = driver.preflight(job, _NUM_WORKERS.value)
+    job = train_flags.job_from_args(args, known_only=True)
+    # One replica per worker here; each task checks again with its own replicas.
+    driver.check_batch(job.batch_size, job.micro_batches, _NUM_WORKERS.value, _NUM_WORKERS.value)
+    checked = preflight.preflight(job, _NUM_WORKERS.value)
     return Plan(
-        train.PROGRAM,
+        train_flags.PROGRAM,
         tuple(args),
         job.run.model_dir,
         job.train_steps,
@@ -281,120 +270,92 @@ def _script_plan(script_args: Sequence[str]) -> Plan:
     )
 
 
-def _run_attempts(launcher: Launcher, plan: Plan, deadline: Optional[float]) -> int:
-    """Starts the cluster, supervises it and restarts it until it succeeds or gives up."""
-    from estimator_dist import driver
-
-    started = time.monotonic()
-    policy = RestartPolicy(_MAX_RESTARTS.value)
-    restarts: List[str] = []
-    for attempt in range(_MAX_RESTARTS.value + 1):
-        ports = [portpicker.pick_unused_port() for _ in range(_NUM_WORKERS.value + _NUM_PS.value)]
-        cluster = make_local_cluster(
-            _NUM_WORKERS.value, ports, _NUM_PS.value, _EVALUATOR.value, _HOST.value
-        )
-        launcher.start(cluster.tasks, attempt)
-        failure = launcher.supervise(
-            deadline,
-            plan.train_steps,
-            _FINISH_TIMEOUT.value,
-            evaluator_restarts=_MAX_RESTARTS.value,
-        )
-        launcher.failed_at = time.monotonic()
-        launcher.stop(_GRACE.value)
-        if failure is None:
-            break
-        launcher.say(f"attempt {attempt} failed: {failure.cause}; stopped every task")
-        step = driver.checkpoint_step(plan.model_dir)
-        lost = max(0, launcher.last_step_seen - step)
-        restarts.append(
-            f"attempt {attempt}: {failure.cause}; resumed from checkpoint step {step}, "
-            f"{lost} step(s) lost"
-        )
-        reason = policy.give_up(failure, step)
-        if reason is not None:
-            launcher.say(f"job failed ({reason}); {len(restarts)} failed attempt(s)")
-            return failure.exit_code
-        backoff = min(2.0**attempt, 30.0)
-        launcher.say(
-            f"restarting the whole cluster from checkpoint step {step} in {backoff:g} s "
-            f"(restart {attempt + 1} of at most {_MAX_RESTARTS.value})"
-        )
-        time.sleep(backoff)
-    _remove_worker_dirs(plan.model_dir)
-    launcher.say(f"job finished in {time.monotonic() - started:.1f} s")
-    for line in restarts:
-        launcher.say(f"restart after {line}")
-    for line in launcher.evaluator_restarts:
-        launcher.say(f"evaluator restarted alone after: {line}")
-    metrics = driver.read_final_metrics(plan.model_dir)
-    if metrics is not None:
-        launcher.say(f"final evaluation: {driver.format_metrics(metrics)}")
-    elif _EVALUATOR.value:
-        launcher.say(f"the evaluator wrote no final metrics to {plan.model_dir}")
-        return exit_codes.FAILURE
-    return exit_codes.OK
+def _new_cluster(attempt: int) -> ClusterConfig:
+    """The local cluster of one attempt, on fresh ports."""
+    ports = [portpicker.pick_unused_port() for _ in range(_NUM_WORKERS.value + _NUM_PS.value)]
+    return make_local_cluster(
+        _NUM_WORKERS.value, ports, _NUM_PS.value, _EVALUATOR.value, _HOST.value
+    )
 
 
-def main(argv: Sequence[str]) -> int:
-    """Validates the job once, runs the cluster, prints the final metrics."""
+def _network() -> str:
+    """Enters a private network namespace when the cluster is local; says where it runs."""
     loopback = _HOST.value in ("localhost", "127.0.0.1", "::1")
     if _NETWORK_ISOLATION.value and loopback:
         reason = netns.enter_private_network()
     else:
         reason = "--nonetwork_isolation" if loopback else f"--host={_HOST.value} is not loopback"
-    isolation = ISOLATED_MESSAGE if reason is None else EXPOSED_MESSAGE.format(reason=reason)
+    return ISOLATED_MESSAGE if reason is None else EXPOSED_MESSAGE.format(reason=reason)
 
-    from estimator_dist import driver
-    from estimator_dist.startup import process_started
 
+def _plan(argv: Sequence[str]) -> Plan:
+    """The job's plan, validated once; a usage error exits 2, another error its code."""
     try:
-        plan = _script_plan(argv[1:]) if _SCRIPT.value else _train_plan(argv[1:])
+        return _script_plan(argv[1:]) if _SCRIPT.value else _train_plan(argv[1:])
     except UsageError as error:
-        train.usage_exit(PROGRAM, str(error))
+        cli.usage_exit(PROGRAM, str(error))
     except Error as error:
         sys.stderr.write(f"{PROGRAM}: {error}\n")
-        return error.exit_code
+        sys.exit(error.exit_code)
 
+
+def _stop_on_signal(launcher: Launcher, signalled: _Signalled, model_dir: str) -> int:
+    """Stops every task at one checkpointed step after SIGTERM/SIGINT; returns 128 + signal."""
+    from estimator_dist import records
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    launcher.say(
+        f"received {signalled}; stopping every task, which stop at one step the chief "
+        f"checkpoints (within --grace_secs={_GRACE.value:g})"
+    )
+    launcher.stop(_GRACE.value)
+    launcher.say(
+        f"stopped; the latest checkpoint is at step {records.checkpoint_step(model_dir)}"
+        "; run the same command to resume from it"
+    )
+    return 128 + signalled.signum
+
+
+def main(argv: Sequence[str]) -> int:
+    """Validates the job once, runs the cluster, prints the final metrics."""
+    from estimator_dist import records
+    from estimator_dist.startup import process_started
+
+    isolation = _network()
+    plan = _plan(argv)
     launcher = Launcher(
         plan.args,
         plan.model_dir,
-        lambda: driver.checkpoint_step(plan.model_dir),
+        lambda: records.checkpoint_step(plan.model_dir),
         _PIN_CORES.value,
         process_started(),
         module=plan.module,
         steps_name=plan.steps_name,
     )
-    launcher.say(isolation)
-    for line in plan.report:
+    for line in (isolation, *plan.report):
         launcher.say(line)
     launcher.say(
         f"local cluster: {_NUM_WORKERS.value} worker(s), {_NUM_PS.value} ps, evaluator: "
         f"{_EVALUATOR.value}; model_dir {plan.model_dir}"
     )
+    settings = RestartSettings(
+        _MAX_RESTARTS.value, _FINISH_TIMEOUT.value, _GRACE.value, _EVALUATOR.value
+    )
     deadline = time.monotonic() + _TIMEOUT.value if _TIMEOUT.value else None
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, _raise_signalled)
     try:
-        return _run_attempts(launcher, plan, deadline)
+        return run_with_restarts(
+            launcher, _new_cluster, plan.model_dir, plan.train_steps, deadline, settings
+        )
     except _Signalled as signalled:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        launcher.say(
-            f"received {signalled}; stopping every task, which stop at one step the chief "
-            f"checkpoints (within --grace_secs={_GRACE.value:g})"
-        )
-        launcher.stop(_GRACE.value)
-        launcher.say(
-            f"stopped; the latest checkpoint is at step {driver.checkpoint_step(plan.model_dir)}"
-            "; run the same command to resume from it"
-        )
-        return 128 + signalled.signum
+        return _stop_on_signal(launcher, signalled, plan.model_dir)
 
 
 def run() -> None:
     """Console-script entry point."""
-    app.run(main, flags_parser=train.make_flags_parser(PROGRAM))
+    app.run(main, flags_parser=cli.make_flags_parser(PROGRAM))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from typing import IO, Any, Dict, Iterator, Mapping, Optional, Sequence
 
 from absl import app, flags
 
-from estimator_dist.train import make_flags_parser, usage_exit
+from estimator_dist.base.cli import make_flags_parser, usage_exit
 
 PROGRAM = "estimator_dist.predict"
 STRATEGIES = ("none", "mirrored")

@@ -27,7 +27,7 @@ import threading
 import time
 from typing import IO, Callable, List, Optional, Sequence, Set, Tuple
 
-from estimator_dist import script as script_lib
+from estimator_dist import script_config as script_lib
 from estimator_dist.base import exit_codes
 from estimator_dist.base.cluster import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig
 from estimator_dist.cpus import split_cores

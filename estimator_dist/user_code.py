@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 import tensorflow as tf
 from tensorflow.python.util import function_utils
 
 from estimator_dist.base.errors import UsageError
-from run_config.teardown import without_autotune
 
 #: Arguments Estimator passes to an input_fn that declares them.
 INPUT_FN_ARGS = ("mode", "params", "config", "input_context")
@@ -149,7 +149,7 @@ def bind_input_fn(
 
     * a `tf.data.Dataset` loses tf.data autotuning unless its options set it,
       so that the session closes at once when training ends
-      (`run_config.teardown`);
+      (`estimator_dist.base.tf_patches`);
     * a `(features, labels)` tuple of tensors (`numpy_input_fn`,
       `pandas_input_fn`, `iterator.get_next()`) is returned as it is where no
       strategy is in scope, and under a strategy as the callable its input
@@ -246,3 +246,33 @@ def repeats_forever(input_fn: Callable, result: Any) -> Optional[bool]:
     if value == tf.data.experimental.UNKNOWN_CARDINALITY:
         return None
     return False
+
+
+def without_autotune(dataset: Any) -> Any:
+    """`dataset` without tf.data autotuning, unless its options set it; other values unchanged.
+
+    An autotuned iterator's model thread can sleep out up to a minute after
+    its iterator is destroyed (TensorFlow 2.15), which kept jobs idle after
+    their final checkpoint (see `estimator_dist.base.tf_patches`, patch 3).
+    `tf.data.AUTOTUNE` parallelism then means every core the task may use,
+    and prefetch buffers still adapt (that tuning needs no model thread).
+
+    Args:
+      dataset: What an input_fn returned: a `tf.data.Dataset`, or anything
+        else Estimator accepts (a `(features, labels)` tuple), returned as is.
+
+    >>> without_autotune(tf.data.Dataset.range(3)).options().autotune.enabled
+    False
+    """
+    if not isinstance(dataset, tf.data.Dataset):
+        return dataset
+    with warnings.catch_warnings():
+        # In graph mode (Estimator's), `options()` warns that it returns only
+        # the options set in Python: exactly the ones this needs to see.
+        warnings.filterwarnings("ignore", "To make it possible to preserve tf.data options")
+        chosen = dataset.options().autotune.enabled
+    if chosen is not None:
+        return dataset
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)

@@ -45,9 +45,8 @@ from typing import Callable, Mapping, Optional
 
 import tensorflow as tf
 from absl import logging
-from tensorflow.python.training import monitored_session
 
-from estimator_dist.base import exit_codes
+from estimator_dist.base import exit_codes, tf_patches
 
 FAILURE_PREFIX = exit_codes.FAILURE_PREFIX
 #: Why a cluster task whose training loop ended early fails, and the fix.
@@ -85,7 +84,7 @@ def fail(role: str, code: int, cause: str) -> None:
 
 def arm_fail_fast() -> None:
     """Stops MonitoredSession from silently re-creating a session after a peer error."""
-    monitored_session._PREEMPTION_ERRORS = ()
+    tf_patches.stop_session_recovery()
 
 
 def unreachable(peers: Mapping[str, str], timeout: float = 2.0) -> list:

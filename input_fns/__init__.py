@@ -21,36 +21,52 @@ worker starts.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+import dataclasses
+import functools
+from typing import Any, Callable, Mapping, Optional
 
+from estimator_dist.base import params as params_lib
 from estimator_dist.base.registry import Registry
 from input_fns import csv_input, digits, synthetic, tabular, tfds_input, tfrecord
 
-INPUT_FNS = Registry(
-    "input_fn",
-    {
-        "digits": digits.input_fn,
-        "mnist": tfds_input.mnist,
-        "fashion_mnist": tfds_input.fashion_mnist,
-        "cifar10": tfds_input.cifar10,
-        "tfds": tfds_input.input_fn,
-        "tfrecord": tfrecord.input_fn,
-        "csv": csv_input.input_fn,
-        "synthetic": synthetic.input_fn,
-        "tabular": tabular.input_fn,
-    },
-)
 
-_PREPARE: Mapping[str, Callable[[Mapping[str, Any]], object]] = {
-    "digits": digits.prepare,
-    "mnist": lambda params: tfds_input.prepare("mnist", params),
-    "fashion_mnist": lambda params: tfds_input.prepare("fashion_mnist", params),
-    "cifar10": lambda params: tfds_input.prepare("cifar10", params),
-    "tfds": lambda params: tfds_input.prepare(None, params),
-    "tfrecord": tfrecord.prepare,
-    "csv": csv_input.prepare,
-    "tabular": tabular.prepare,
+@dataclasses.dataclass(frozen=True)
+class Registration:
+    """One input function, registered once: the function, its parameters, its data.
+
+    Attributes:
+      input_fn: `input_fn(mode, input_context, params)`.
+      parameters: The dataclass of the `params` keys it reads; every model
+        function accepts them too (`params.share_keys`).
+      prepare: Writes or checks its data before any worker starts, or None.
+    """
+
+    input_fn: Callable[..., Any]
+    parameters: type
+    prepare: Optional[Callable[[Mapping[str, Any]], object]] = None
+
+
+def _tfds(name: Optional[str]) -> Callable[[Mapping[str, Any]], object]:
+    return functools.partial(tfds_input.prepare, name)
+
+
+REGISTERED: Mapping[str, Registration] = {
+    "digits": Registration(digits.input_fn, tfds_input.TfdsParams, digits.prepare),
+    "mnist": Registration(tfds_input.mnist, tfds_input.TfdsParams, _tfds("mnist")),
+    "fashion_mnist": Registration(
+        tfds_input.fashion_mnist, tfds_input.TfdsParams, _tfds("fashion_mnist")
+    ),
+    "cifar10": Registration(tfds_input.cifar10, tfds_input.TfdsParams, _tfds("cifar10")),
+    "tfds": Registration(tfds_input.input_fn, tfds_input.TfdsParams, _tfds(None)),
+    "tfrecord": Registration(tfrecord.input_fn, tfrecord.TFRecordParams, tfrecord.prepare),
+    "csv": Registration(csv_input.input_fn, csv_input.CsvParams, csv_input.prepare),
+    "synthetic": Registration(synthetic.input_fn, synthetic.SyntheticParams),
+    "tabular": Registration(tabular.input_fn, tabular.TabularParams, tabular.prepare),
 }
+
+INPUT_FNS = Registry("input_fn", {name: entry.input_fn for name, entry in REGISTERED.items()})
+for _entry in REGISTERED.values():
+    params_lib.share_keys(_entry.parameters)
 
 
 def prepare_input(name: str, params: Mapping[str, Any]) -> None:
@@ -61,8 +77,9 @@ def prepare_input(name: str, params: Mapping[str, Any]) -> None:
         files that do not match their spec.
       DatasetNotFoundError: if a TFDS dataset is missing and cannot be generated.
     """
-    if name in _PREPARE:
-        _PREPARE[name](params)
+    entry = REGISTERED.get(name)
+    if entry is not None and entry.prepare is not None:
+        entry.prepare(params)
 
 
-__all__ = ["INPUT_FNS", "prepare_input"]
+__all__ = ["INPUT_FNS", "REGISTERED", "Registration", "prepare_input"]

@@ -1,9 +1,10 @@
 """Distribution strategies and `tf.estimator.RunConfig` for estimator-dist.
 
 Modules: `run_config.names` (strategy and collective names, no TensorFlow
-import), `run_config.strategies` (strategy factory, role-aware selection),
-`run_config.run_config` (the RunConfig builder), `run_config.wire` (gradients in
-bfloat16/float16 on the network), `run_config.sparse` (sparse gradients
-all-reduced as dense tensors) and `run_config.teardown` (input iterators that
-let a training session close at once).
+import), `run_config.strategies` (strategy factory, role-aware selection, the
+one decision of the collective implementation) and `run_config.run_config`
+(the RunConfig builder). The TensorFlow workarounds the strategies rely on
+(sparse gradients all-reduced dense, gradients in bfloat16/float16 on the
+wire, input iterators that close at once) live in
+`estimator_dist.base.tf_patches`, installed once per process.
 """

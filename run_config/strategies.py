@@ -21,8 +21,10 @@ from typing import Optional
 
 import tensorflow as tf
 from absl import logging
+from tensorflow.python.distribute import collective_all_reduce_strategy
 
-from estimator_dist.base.cluster import EVALUATOR, PS, ClusterConfig
+from estimator_dist.base import tf_patches
+from estimator_dist.base.cluster import EVALUATOR, ClusterConfig
 from estimator_dist.base.errors import UsageError
 from run_config.names import (
     CENTRAL_STORAGE,
@@ -36,9 +38,6 @@ from run_config.names import (
     STRATEGY_NAMES,
     WIRE_DTYPES,
 )
-from run_config.sparse import reduce_sparse_as_dense
-from run_config.teardown import build_device_datasets_without_autotune
-from run_config.wire import send_gradients_as
 
 #: Logged when NCCL is requested on a task that has no GPU.
 NCCL_WITHOUT_GPU_MESSAGE = (
@@ -46,6 +45,7 @@ NCCL_WITHOUT_GPU_MESSAGE = (
     "will run instead (NCCL only moves tensors between GPUs)."
 )
 
+_COLLECTIVE = collective_all_reduce_strategy.CollectiveAllReduceExtended
 _IMPLEMENTATIONS = {
     "AUTO": tf.distribute.experimental.CommunicationImplementation.AUTO,
     "RING": tf.distribute.experimental.CommunicationImplementation.RING,
@@ -82,7 +82,7 @@ class StrategyConfig:
         float32 gradients are rounded to that dtype for the all-reduce, summed
         in it, and converted back to float32 before the optimizer uses them.
         Half the bytes on the network, and about 3 significant digits per
-        gradient value (see `run_config.wire`).
+        gradient value (see `estimator_dist.base.tf_patches`).
     """
 
     name: str = MULTI_WORKER_MIRRORED
@@ -130,27 +130,48 @@ class StrategyConfig:
         object.__setattr__(self, "communication", communication)
 
 
-def effective_communication(requested: str, num_gpus: int) -> str:
-    """Returns the collective implementation that will really run.
+def communication_for(requested: str, num_gpus: int) -> str:
+    """Decides the collective implementation a MultiWorkerMirroredStrategy runs.
+
+    The one place that decides it: `get_strategy` builds the strategy with
+    its answer, and `communication_of` applies it to a strategy someone else
+    built (a script's own).
 
     Args:
-      requested: RING, NCCL or AUTO.
+      requested: RING, NCCL or AUTO, any case.
       num_gpus: GPUs visible to this task.
 
     Returns:
-      `RING` on a task without GPUs whatever was requested (NCCL and AUTO
-      both fall back to it); otherwise what was requested (AUTO lets the
-      runtime choose per collective).
+      `RING` on a task without GPUs whatever was requested (NCCL only moves
+      tensors between GPUs, and AUTO has nothing else to choose on CPUs);
+      otherwise what was requested (AUTO lets the runtime choose per
+      collective).
 
-    >>> effective_communication("NCCL", num_gpus=0)
+    >>> communication_for("auto", num_gpus=0)
     'RING'
-    >>> effective_communication("NCCL", num_gpus=2)
+    >>> communication_for("NCCL", num_gpus=2)
     'NCCL'
     """
-    requested = requested.upper()
-    if num_gpus == 0:
-        return "RING"
-    return requested
+    return "RING" if num_gpus == 0 else requested.upper()
+
+
+def communication_of(
+    strategy: Optional[tf.distribute.Strategy], num_gpus: Optional[int] = None
+) -> Optional[str]:
+    """The collective implementation `strategy` runs, read from the built strategy.
+
+    Args:
+      strategy: Any strategy, or None.
+      num_gpus: GPUs visible to this task; counted when None.
+
+    Returns:
+      RING, NCCL or AUTO for a MultiWorkerMirroredStrategy; None for a
+      strategy that runs no collectives.
+    """
+    if strategy is None or not isinstance(strategy.extended, _COLLECTIVE):
+        return None
+    built = strategy.extended._communication_options.implementation.name
+    return communication_for(built, count_gpus() if num_gpus is None else num_gpus)
 
 
 def count_gpus() -> int:
@@ -169,9 +190,10 @@ def get_strategy(
 
     Returns:
       A `tf.distribute.Strategy`, or None for `off`. A
-      MultiWorkerMirroredStrategy all-reduces sparse gradients as dense
-      tensors (`run_config.sparse`) and float32 gradients in
-      `config.gradient_wire_dtype` (`run_config.wire`).
+      MultiWorkerMirroredStrategy runs the collectives `communication_for`
+      decides, and all-reduces sparse gradients as dense tensors and float32
+      gradients in `config.gradient_wire_dtype` (`tf_patches`, which must be
+      installed first).
 
     Example:
       >>> get_strategy(StrategyConfig("off")) is None
@@ -179,24 +201,17 @@ def get_strategy(
     """
     if num_gpus is None:
         num_gpus = count_gpus()
-    if config.name in (MULTI_WORKER_MIRRORED, MIRRORED):
-        build_device_datasets_without_autotune()
     if config.name == MULTI_WORKER_MIRRORED:
-        implementation = config.communication
-        if implementation == "NCCL" and num_gpus == 0:
+        implementation = communication_for(config.communication, num_gpus)
+        if config.communication == "NCCL" and implementation != "NCCL":
             logging.warning(NCCL_WITHOUT_GPU_MESSAGE)
-            implementation = "RING"
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=_IMPLEMENTATIONS[implementation],
             timeout_seconds=config.collective_timeout_seconds,
             bytes_per_pack=config.bytes_per_pack,
         )
         strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-        if config.gradient_wire_dtype != "float32":
-            send_gradients_as(strategy, config.gradient_wire_dtype)
-        # Installed last, so it runs first: the gradients it makes dense are
-        # then sent in the wire dtype too.
-        reduce_sparse_as_dense(strategy)
+        tf_patches.set_gradient_transport(strategy, config.gradient_wire_dtype)
         return strategy
     if config.name == MIRRORED:
         return tf.distribute.MirroredStrategy()
@@ -219,8 +234,8 @@ class Strategies:
       train_name: Name of the training strategy this task built.
       eval_name: Name of the evaluation strategy.
       communication: Collective implementation requested.
-      effective_communication: Collective implementation that runs, or None
-        when the training strategy uses no collectives.
+      effective_communication: Collective implementation the built training
+        strategy runs (`communication_of`), or None when it runs none.
     """
 
     train_distribute: Optional[tf.distribute.Strategy]
@@ -326,14 +341,11 @@ def make_strategies(
     else:
         train_distribute = get_strategy(config, num_gpus)
         train_name = config.name
-    collective = train_name == MULTI_WORKER_MIRRORED and cluster.task_type != PS
     return Strategies(
         train_distribute=train_distribute,
         eval_distribute=eval_distribute,
         train_name=train_name,
         eval_name=eval_name,
         communication=config.communication,
-        effective_communication=(
-            effective_communication(config.communication, num_gpus) if collective else None
-        ),
+        effective_communication=communication_of(train_distribute, num_gpus),
     )

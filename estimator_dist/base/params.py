@@ -16,13 +16,12 @@ import dataclasses
 import json
 import os
 import typing
-from typing import Any, Mapping, Type, TypeVar
+from typing import Any, FrozenSet, Mapping, Set, Type, TypeVar
 
 import yaml
 
 from estimator_dist.base.errors import UsageError
 
-#: Keys the driver and `--params` put into `params` for input functions
 #: (every field of the `input_fns` parameter classes); model functions
 #: ignore them.
 INPUT_KEYS = frozenset(
@@ -57,6 +56,24 @@ INPUT_KEYS = frozenset(
 JOB_KEYS = frozenset({"gradient_accumulation_steps", "micro_batches"})
 
 P = TypeVar("P")
+
+# Fields of the registered input functions' parameter classes (`share_keys`).
+_INPUT_KEYS: Set[str] = set()
+
+
+def share_keys(cls: type) -> None:
+    """Lets every model function's `params` carry the fields of `cls`, an input's parameters.
+
+    `input_fns` calls it once for each registered input function: the same
+    `params` dict feeds the input_fn and the model_fn, so a model function
+    must not reject the input's keys, while a misspelt key still fails.
+    """
+    _INPUT_KEYS.update(field.name for field in dataclasses.fields(cls))
+
+
+def shared_keys() -> FrozenSet[str]:
+    """The keys every model function accepts besides its own fields."""
+    return frozenset(_INPUT_KEYS) | JOB_KEYS
 
 
 def parse_params_flag(value: str) -> dict:
@@ -149,7 +166,7 @@ def from_params(cls: Type[P], params: Mapping[str, Any], owner: str, strict: boo
     """Builds the dataclass `cls` from `params`, checking names and types.
 
     Model functions are strict: every key must be one of their fields or in
-    `INPUT_KEYS` or `JOB_KEYS`, so a misspelt `--params` key fails. Input functions pass
+    `shared_keys()`, so a misspelt `--params` key fails. Input functions pass
     `strict=False` and take only their own fields, since the same dict
     carries the model's hyper-parameters.
 
@@ -167,7 +184,7 @@ def from_params(cls: Type[P], params: Mapping[str, Any], owner: str, strict: boo
     """
     hints = typing.get_type_hints(cls)
     fields = {field.name for field in dataclasses.fields(cls)}
-    unknown = sorted(set(params) - fields - INPUT_KEYS - JOB_KEYS)
+    unknown = sorted(set(params) - fields - shared_keys())
     if unknown and strict:
         raise UsageError(
             f"Unknown parameter(s) {', '.join(unknown)} for {owner}; it accepts "

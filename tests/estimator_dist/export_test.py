@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from estimator_dist import export
 from estimator_dist.base.errors import UsageError
-from estimator_dist.driver import JobConfig
+from estimator_dist.job import JobConfig
 from run_config.run_config import RunConfigOptions
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_dist import driver, user_code
+from estimator_dist import diagnose, user_code
 from estimator_dist.base import exit_codes
 from estimator_dist.base.errors import UsageError, UserCodeError
 from estimator_dist.job import JobConfig
@@ -142,7 +142,7 @@ def test_a_collective_shape_mismatch_is_not_a_lost_peer():
         "Collective ops is aborted by: Shape mismatch in the collective instance 100. Op at "
         "device /job:worker/replica:0/task:1 expected shape [7,4] but another member",
     )
-    explained = driver.explain_training_error(error, 12, 3.0)
+    explained = diagnose.explain_training_error(error, 12, 3.0)
     assert explained.exit_code == exit_codes.COLLECTIVE_MISMATCH
     assert not exit_codes.is_retryable(explained.exit_code)
     assert "at global step 12: the tasks all-reduced tensors of different shapes" in str(explained)
@@ -215,4 +215,4 @@ def test_an_optimizer_no_strategy_can_run_is_named_with_its_replacements(tmp_pat
         check=False,
     )
     assert run.returncode == exit_codes.USER_CODE, run.describe()
-    assert driver.DISTRIBUTED_OPTIMIZER_HINT in run.output
+    assert diagnose.DISTRIBUTED_OPTIMIZER_HINT in run.output

@@ -21,13 +21,9 @@ import tensorflow as tf
 
 from estimator_dist.base import exit_codes, pitfalls
 from estimator_dist.base.cluster import ClusterConfig, parse_tf_config
-from estimator_dist.script import (
-    MAX_STEPS_MARKER,
-    ScriptConfig,
-    ScriptTask,
-    set_run_config,
-    with_distribution,
-)
+from estimator_dist.script_config import MAX_STEPS_MARKER, ScriptConfig
+from estimator_dist.script_strategy import set_run_config, with_distribution
+from estimator_dist.script_task import ScriptTask
 from estimator_dist.startup import Startup
 from tests.procs import REPO, Background, run_module
 

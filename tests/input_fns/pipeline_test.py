@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 
 from estimator_dist.base.errors import UsageError
-from estimator_dist.base.params import INPUT_KEYS
-from input_fns import csv_input, pipeline, synthetic, tfds_input, tfrecord
+from estimator_dist.base.params import shared_keys
+from input_fns import REGISTERED, pipeline
 from tests.input_fns.data import context
 
 
@@ -102,15 +102,8 @@ def test_fail_with_invalid_pipeline_params(values, fragment):
         pipeline.PipelineParams(**values)
 
 
-@pytest.mark.parametrize(
-    "cls",
-    [
-        tfrecord.TFRecordParams,
-        csv_input.CsvParams,
-        tfds_input.TfdsParams,
-        synthetic.SyntheticParams,
-    ],
-)
-def test_every_input_param_is_an_input_key(cls):
-    # Model functions reject unknown --params keys unless they are INPUT_KEYS.
-    assert {field.name for field in dataclasses.fields(cls)} <= INPUT_KEYS
+@pytest.mark.parametrize("name", sorted(REGISTERED))
+def test_every_registered_input_param_is_a_shared_key(name):
+    # Model functions reject unknown --params keys unless every input may carry them.
+    fields = {field.name for field in dataclasses.fields(REGISTERED[name].parameters)}
+    assert fields and fields <= shared_keys()

@@ -12,7 +12,7 @@ import os
 import pytest
 import tensorflow as tf
 
-from estimator_dist import driver
+from estimator_dist import user_code
 from estimator_dist.base import pitfalls
 from estimator_dist.base.errors import UsageError
 from input_fns import csv_input, digits, ids, tfrecord, verify
@@ -177,13 +177,15 @@ def test_warning_for_an_input_fn_without_input_context():
     def with_context(mode, input_context=None, params=None):
         return None
 
-    bound = driver.bind_input_fn(no_context, {})
+    bound = user_code.bind_input_fn(no_context, {})
     pitfall = pitfalls.check_input_fn(bound.user_fn, "my.module:no_context", 2)
     assert pitfall.code == "no-input-context" and not pitfall.fatal
     assert "input_fn my.module:no_context takes no `input_context`" in pitfall.message
     assert "2 workers" in pitfall.message
     assert pitfalls.check_input_fn(bound.user_fn, "x", 1) is None
-    assert pitfalls.check_input_fn(driver.bind_input_fn(with_context, {}).user_fn, "x", 3) is None
+    assert (
+        pitfalls.check_input_fn(user_code.bind_input_fn(with_context, {}).user_fn, "x", 3) is None
+    )
 
 
 # --- real workers through the launcher ----------------------------------------

@@ -11,6 +11,7 @@ import logging
 import pytest
 import tensorflow as tf
 
+from estimator_dist.base import tf_patches
 from estimator_dist.base.cluster import ClusterConfig, parse_tf_config
 from estimator_dist.base.errors import UsageError
 from run_config import strategies
@@ -24,7 +25,8 @@ from run_config.strategies import (
     NCCL_WITHOUT_GPU_MESSAGE,
     StrategyConfig,
     check_cluster_fits,
-    effective_communication,
+    communication_for,
+    communication_of,
     get_strategy,
     make_strategies,
 )
@@ -39,6 +41,13 @@ WITH_PS = {"chief": ["h0:2000"], "worker": ["h1:2000"], "ps": ["h2:2000"]}
 @pytest.fixture(autouse=True)
 def no_tf_config(monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def patched():
+    tf_patches.install()
+    yield
+    tf_patches.uninstall()
 
 
 def cluster(jobs, task_type, index=0):
@@ -131,7 +140,7 @@ def test_fail_with_unknown_wire_dtype_lists_the_valid_ones():
     assert "--gradient_wire_dtype" in str(raised.value)
 
 
-# --- effective_communication --------------------------------------------------
+# --- communication_for / communication_of -------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -150,8 +159,20 @@ def test_fail_with_unknown_wire_dtype_lists_the_valid_ones():
         ("nccl", 2, "NCCL"),
     ],
 )
-def test_effective_communication(requested, num_gpus, expected):
-    assert effective_communication(requested, num_gpus) == expected
+def test_communication_for(requested, num_gpus, expected):
+    assert communication_for(requested, num_gpus) == expected
+
+
+@pytest.mark.parametrize("built, num_gpus, expected", [("AUTO", 2, "AUTO"), ("AUTO", 0, "RING")])
+def test_communication_of_reads_a_strategy_built_elsewhere(built, num_gpus, expected):
+    options = tf.distribute.experimental.CommunicationOptions(implementation=getattr(Impl, built))
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    assert communication_of(strategy, num_gpus) == expected
+
+
+def test_communication_of_a_strategy_without_collectives_is_none():
+    assert communication_of(tf.distribute.MirroredStrategy(["/cpu:0"]), 0) is None
+    assert communication_of(None, 0) is None
 
 
 # --- get_strategy -------------------------------------------------------------
@@ -165,10 +186,10 @@ def test_get_multi_worker_mirrored_with_gpus_uses_requested_collectives(communic
 
 
 @pytest.mark.parametrize("communication", ["RING", "AUTO"])
-def test_get_multi_worker_mirrored_without_gpu_keeps_ring_and_auto(communication, caplog):
+def test_get_multi_worker_mirrored_without_gpu_builds_ring_silently(communication, caplog):
     caplog.set_level(logging.WARNING)
     strategy = get_strategy(StrategyConfig("multi_worker_mirrored", communication), num_gpus=0)
-    assert mwms_options(strategy).implementation == getattr(Impl, communication)
+    assert mwms_options(strategy).implementation == Impl.RING
     assert NCCL_WITHOUT_GPU_MESSAGE not in caplog.text
 
 

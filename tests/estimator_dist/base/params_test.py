@@ -7,7 +7,7 @@ from typing import Optional
 import pytest
 
 from estimator_dist.base.errors import UsageError
-from estimator_dist.base.params import INPUT_KEYS, from_params, parse_params_flag
+from estimator_dist.base.params import from_params, parse_params_flag, shared_keys
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,8 +167,11 @@ def test_fail_with_unknown_key_lists_valid_fields():
 
 
 def test_input_keys_are_ignored():
-    params = {key: object() for key in INPUT_KEYS}
-    assert {"batch_size", "data_dir", "seed", "shuffle_buffer"} <= set(INPUT_KEYS)
+    import input_fns  # registers its inputs' parameters
+
+    assert input_fns.REGISTERED
+    params = {key: object() for key in shared_keys()}
+    assert {"batch_size", "data_dir", "seed", "shuffle_buffer", "columns"} <= shared_keys()
     # `seed` is also a field of Hparams, so it is validated and taken.
     params["seed"] = 7
     assert from_params(Hparams, params, "net") == Hparams(seed=7)

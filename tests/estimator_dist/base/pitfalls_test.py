@@ -5,9 +5,10 @@ import textwrap
 import pytest
 import tensorflow as tf
 
-from estimator_dist import driver
+from estimator_dist import preflight
 from estimator_dist.base import pitfalls
 from estimator_dist.base.errors import UsageError
+from estimator_dist.job import JobConfig
 from run_config.run_config import RunConfigOptions
 from tests.procs import REPO, run_module
 
@@ -166,13 +167,13 @@ def test_fail_with_a_non_legacy_optimizer_in_the_bridge():
 
 
 def test_preflight_refuses_a_fatal_pitfall_before_anything_is_written(tmp_path, data_dir):
-    job = driver.JobConfig(
+    job = JobConfig(
         run=RunConfigOptions(model_dir=str(tmp_path / "model")),
         keras_model="tests.task_models:keras_new_optimizer",
         data_dir=data_dir,
     )
     with pytest.raises(UsageError, match=r"pre-flight error \[keras-optimizer\]"):
-        driver.preflight(job, num_workers=2)
+        preflight.preflight(job, num_workers=2)
     assert not (tmp_path / "model").exists()
 
 

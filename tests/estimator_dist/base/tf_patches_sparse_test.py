@@ -5,7 +5,7 @@ as Estimator builds it, and reduce gradients as the optimizers do
 (`extended.batch_reduce_to`). The 2-worker tests start two real worker
 processes on free loopback ports (`sparse_worker`), whose batches hold
 numbers of distinct ids that differ between the workers and from step to
-step: without `run_config.sparse` they fail with "Shape mismatch in the
+step: without `tf_patches` they fail with "Shape mismatch in the
 collective instance".
 """
 
@@ -20,12 +20,11 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.distribute.values import PerReplica
 
+from estimator_dist.base import tf_patches
 from estimator_dist.base.cluster import make_local_cluster
-from run_config.sparse import reduce_sparse_as_dense
 from run_config.strategies import StrategyConfig, get_strategy
-from run_config.wire import send_gradients_as
+from tests.estimator_dist.base import sparse_worker
 from tests.procs import Background
-from tests.run_config import sparse_worker
 
 # Exact in float32; bfloat16 (7 fraction bits) rounds it to 1.
 NEAR_ONE = 1 + 2**-10
@@ -36,6 +35,13 @@ SUM = tf.distribute.ReduceOp.SUM
 @pytest.fixture(autouse=True)
 def no_tf_config(monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def patched():
+    tf_patches.install()
+    yield
+    tf_patches.uninstall()
 
 
 def built_strategy(wire_dtype="float32", reconfigure=False):
@@ -99,55 +105,51 @@ def test_sparse_gradients_come_back_dense_with_the_variables_shape(reconfigure, 
     np.testing.assert_array_equal(dense_value, np.float32([NEAR_ONE, 3.0]))
 
 
-def test_without_it_the_gradient_stays_sparse():
-    # The control: what an unpatched strategy returns for the same gradient.
+def test_a_strategy_not_opted_in_keeps_the_gradient_sparse():
+    # The control: what a strategy the package did not build returns.
     with tf.Graph().as_default():
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         (sparse, _), _ = reduce_in_session(strategy, sparse_and_dense)
     assert isinstance(sparse, tf.IndexedSlices)
 
 
-def test_installing_twice_densifies_once():
-    with tf.Graph().as_default() as graph:
+def test_uninstalled_the_gradient_stays_sparse():
+    with tf.Graph().as_default():
         strategy = built_strategy()
-        installed = strategy.extended._batch_reduce_to.__func__
-        reduce_sparse_as_dense(strategy)
-        reduce_sparse_as_dense(copy.deepcopy(strategy))
-        assert strategy.extended._batch_reduce_to.__func__ is installed
+        tf_patches.uninstall()
+        (sparse, _), _ = reduce_in_session(strategy, sparse_and_dense)
+    assert isinstance(sparse, tf.IndexedSlices)
+
+
+def test_installing_twice_densifies_once():
+    tf_patches.install()
+    with tf.Graph().as_default() as graph:
+        strategy = copy.deepcopy(built_strategy())
         reduce_in_session(strategy, sparse_and_dense)
     assert [op.type for op in graph.get_operations()].count("UnsortedSegmentSum") == 1
 
 
-def wire_then_sparse():
-    return built_strategy("bfloat16")  # get_strategy installs both, in this order
-
-
-def sparse_then_wire():
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    reduce_sparse_as_dense(strategy)
-    send_gradients_as(strategy, "bfloat16")
-    return strategy
-
-
-@pytest.mark.parametrize(
-    "build, rounded_sparse", [(wire_then_sparse, True), (sparse_then_wire, False)]
-)
-def test_chains_with_the_wire_dtype_in_either_order(build, rounded_sparse):
+def test_sparse_gradients_made_dense_cross_in_the_wire_dtype_too():
     with tf.Graph().as_default():
-        strategy = copy.deepcopy(build())
+        strategy = copy.deepcopy(built_strategy("bfloat16"))
         (sparse, dense), (sparse_value, dense_value) = reduce_in_session(strategy, sparse_and_dense)
     assert sparse.dtype == dense.dtype == tf.float32 and isinstance(sparse, tf.Tensor)
-    # The dense gradient always crosses in bfloat16; the sparse one does when
-    # it is made dense before the wire cast, as get_strategy orders them.
     np.testing.assert_array_equal(dense_value, [1.0, 3.0])
-    single = 1.0 if rounded_sparse else np.float32(NEAR_ONE)
-    assert sparse_value[3, 0] == single
+    assert sparse_value[3, 0] == 1.0  # NEAR_ONE, rounded by bfloat16
 
 
 def test_fail_with_a_strategy_other_than_multi_worker_mirrored():
     with tf.Graph().as_default():
         with pytest.raises(TypeError, match="MultiWorkerMirroredStrategy only, received Mirrored"):
-            reduce_sparse_as_dense(tf.distribute.MirroredStrategy(["/cpu:0"]))
+            tf_patches.set_gradient_transport(tf.distribute.MirroredStrategy(["/cpu:0"]))
+
+
+def test_fail_before_install_names_the_call_to_make():
+    tf_patches.uninstall()
+    with tf.Graph().as_default():
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        with pytest.raises(RuntimeError, match=r"tf_patches.install\(\) must run"):
+            tf_patches.set_gradient_transport(strategy)
 
 
 TWO_WORKERS = json.dumps(
@@ -192,7 +194,9 @@ def run_two_workers(model, model_dir):
         tasks = {
             task.role: stack.enter_context(
                 Background(
-                    "tests.run_config.sparse_worker", args, env={"TF_CONFIG": task.to_json()}
+                    "tests.estimator_dist.base.sparse_worker",
+                    args,
+                    env={"TF_CONFIG": task.to_json()},
                 )
             )
             for task in cluster.tasks

@@ -1,20 +1,16 @@
-"""driver: which TensorFlow errors mean a lost peer (exit 150) or an unwritable model_dir (exit 9),
-and model_fns run as written."""
+"""diagnose: which TensorFlow errors mean a lost peer (exit 150), a collective shape mismatch
+(exit 7), a bad record (exit 3) or an unwritable model_dir (exit 9)."""
 
-import copy
 import errno
 import os
-import sys
 
 import pytest
 import tensorflow as tf
-from tensorflow.python.autograph.impl.api import is_autograph_artifact
 
-from estimator_dist import driver
+from estimator_dist import diagnose
 from estimator_dist.base import exit_codes
 from estimator_dist.base.errors import DataError, ModelDirUnwritableError, PeerFailureError
-from estimator_dist.driver import is_peer_error, model_fn_as_written
-from run_config.run_config import RunConfigOptions
+from estimator_dist.diagnose import is_peer_error
 
 
 @pytest.mark.parametrize(
@@ -52,73 +48,6 @@ def test_other_errors_are_not(error):
     assert not is_peer_error(error)
 
 
-def _recording_model_fn(seen):
-    def model_fn(features, labels, mode):
-        # AutoGraph runs a rewritten copy of this function, compiled from a generated file.
-        seen.append(sys._getframe().f_code.co_filename)
-        prediction = tf.compat.v1.layers.dense(features, 1)
-        loss = tf.compat.v1.losses.mean_squared_error(labels, prediction)
-        step = tf.compat.v1.train.get_or_create_global_step()
-        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, step)
-        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
-
-    return model_fn
-
-
-def _input_fn():
-    features = tf.data.Dataset.from_tensor_slices(tf.ones([8, 1]))
-    return tf.data.Dataset.zip((features, features)).batch(4).repeat()
-
-
-@pytest.mark.parametrize("as_written", [True, False])
-def test_model_fn_runs_as_written_under_a_strategy(tmp_path, as_written):
-    seen = []
-    config = tf.estimator.RunConfig(train_distribute=tf.distribute.MirroredStrategy(["/cpu:0"]))
-    estimator = tf.estimator.Estimator(
-        _recording_model_fn(seen), model_dir=str(tmp_path), config=config
-    )
-    if as_written:
-        assert model_fn_as_written(estimator) is estimator
-    estimator.train(_input_fn, max_steps=2)
-    assert len(seen) == 1
-    # Without the marking, the strategy's AutoGraph pass rewrites the model_fn:
-    # the control that shows this test can fail.
-    assert (seen[0] == __file__) is as_written, seen
-
-
-def test_the_marking_follows_a_copy_of_the_estimator(tmp_path):
-    # The distribute coordinator trains a deep copy of the estimator.
-    estimator = model_fn_as_written(
-        tf.estimator.Estimator(_recording_model_fn([]), model_dir=str(tmp_path))
-    )
-    copied = copy.deepcopy(estimator)
-    assert copied._call_model_fn.__self__ is copied
-    assert is_autograph_artifact(copied._call_model_fn)
-
-
-@pytest.mark.parametrize(
-    "kind",
-    [
-        dict(model_fn="mnist_cnn"),
-        dict(keras_model="mnist_cnn"),
-        dict(
-            estimator="canned_dnn", input_fn="tabular", params={"dataset": "iris", "n_classes": 3}
-        ),
-    ],
-    ids=lambda kind: next(iter(kind)),
-)
-def test_every_kind_of_estimator_the_driver_makes_runs_its_model_fn_as_written(
-    tmp_path, data_dir, kind
-):
-    job = driver.JobConfig(
-        run=RunConfigOptions(model_dir=str(tmp_path / "model")), data_dir=data_dir, **kind
-    )
-    estimator = driver._make_estimator(
-        job, driver.preflight(job), tf.estimator.RunConfig(model_dir=job.run.model_dir)
-    )
-    assert is_autograph_artifact(estimator._call_model_fn)
-
-
 def test_a_collective_aborted_by_a_bad_record_is_bad_data_not_a_lost_peer():
     # StartAbort keeps the cause's message, here the marker of a bad record.
     error = tf.errors.InternalError(
@@ -126,7 +55,7 @@ def test_a_collective_aborted_by_a_bad_record_is_bad_data_not_a_lost_peer():
         None,
         "Collective ops is aborted by: <bad-data>train.tfrecord record 7: truncated</bad-data>",
     )
-    explained = driver.explain_training_error(error, step=12, seconds=3.0)
+    explained = diagnose.explain_training_error(error, step=12, seconds=3.0)
     assert isinstance(explained, DataError)
     assert explained.exit_code == exit_codes.BAD_DATA
     assert "train.tfrecord record 7: truncated" in str(explained)
@@ -139,7 +68,7 @@ def test_a_lost_peer_is_explained_with_its_step_and_time():
         "Socket closed\nAdditional GRPC error information from remote target "
         "/job:worker/replica:0/task:1 while calling /tensorflow.WorkerService/RecvBuf",
     )
-    explained = driver.explain_training_error(error, step=12, seconds=3.0)
+    explained = diagnose.explain_training_error(error, step=12, seconds=3.0)
     assert isinstance(explained, PeerFailureError)
     assert explained.exit_code == exit_codes.PEER_FAILURE
     assert "UnavailableError at global step 12 after 3.0 s (Socket closed; peer worker-1)" in str(
@@ -149,7 +78,7 @@ def test_a_lost_peer_is_explained_with_its_step_and_time():
 
 def test_other_training_errors_are_left_as_they_are():
     error = tf.errors.InvalidArgumentError(None, None, "Incompatible shapes")
-    assert driver.explain_training_error(error, step=1, seconds=1.0) is None
+    assert diagnose.explain_training_error(error, step=1, seconds=1.0) is None
 
 
 # --- a model_dir whose storage refuses writes (exit 9) --------------------------------
@@ -179,7 +108,7 @@ def test_a_checkpoint_save_on_a_full_disk_names_the_path_space_and_fix(tmp_path)
         f"{path}; No space left on device\n\t [[{{{{node save/SaveV2}}}}]]\nHint: If you want "
         "to see a list of allocated tensors when OOM happens, add report_tensor_allocations",
     )
-    explained = driver.explain_training_error(error, 99, 3.0, model_dir)
+    explained = diagnose.explain_training_error(error, 99, 3.0, model_dir)
     assert isinstance(explained, ModelDirUnwritableError)
     assert explained.exit_code == exit_codes.MODEL_DIR_UNWRITABLE
     message = str(explained)
@@ -237,7 +166,7 @@ REFUSED_WRITES = {
 def test_each_refused_write_to_model_dir_names_what_was_written(tmp_path, case):
     model_dir = str(tmp_path / "run")
     make_error, what = REFUSED_WRITES[case]
-    explained = driver.explain_storage_error(make_error(model_dir), model_dir, step=None)
+    explained = diagnose.explain_storage_error(make_error(model_dir), model_dir, step=None)
     assert isinstance(explained, ModelDirUnwritableError)
     assert str(explained).startswith(f"cannot write the {what} to {model_dir}: "), explained
     assert "No checkpoint had been written yet." in str(explained)
@@ -258,7 +187,7 @@ def test_each_refused_write_to_model_dir_names_what_was_written(tmp_path, case):
     ids=["read", "oom", "elsewhere", "no-path", "other"],
 )
 def test_other_errors_are_not_an_unwritable_model_dir(tmp_path, error):
-    assert driver.explain_storage_error(error, str(tmp_path), step=3) is None
+    assert diagnose.explain_storage_error(error, str(tmp_path), step=3) is None
 
 
 def test_without_a_model_dir_only_a_full_or_read_only_filesystem_counts():
@@ -268,5 +197,5 @@ def test_without_a_model_dir_only_a_full_or_read_only_filesystem_counts():
     refused = tf.errors.PermissionDeniedError(
         None, None, "/r/model.ckpt-9.index; Permission denied"
     )
-    assert isinstance(driver.explain_training_error(full, 8, 1.0), ModelDirUnwritableError)
-    assert driver.explain_training_error(refused, 8, 1.0) is None
+    assert isinstance(diagnose.explain_training_error(full, 8, 1.0), ModelDirUnwritableError)
+    assert diagnose.explain_training_error(refused, 8, 1.0) is None

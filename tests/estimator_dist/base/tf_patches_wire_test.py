@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from estimator_dist.base import tf_patches
 from run_config.strategies import StrategyConfig, get_strategy
-from run_config.wire import send_gradients_as
 
 # Exact in float32 and float16 (10 fraction bits); bfloat16 (7 bits) rounds it to 1.
 NEAR_ONE = 1 + 2**-10
@@ -23,6 +23,13 @@ NEAR_ONE = 1 + 2**-10
 @pytest.fixture(autouse=True)
 def no_tf_config(monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def patched():
+    tf_patches.install()
+    yield
+    tf_patches.uninstall()
 
 
 def reduce_like_an_optimizer(wire_dtype, values, reconfigure=True):
@@ -73,12 +80,12 @@ def test_other_dtypes_are_not_cast():
     assert results[0][0] == NEAR_ONE and results[1][0] == 1.0
 
 
-@pytest.mark.parametrize("dtype", ["float32", "int8"])
+@pytest.mark.parametrize("dtype", ["float64", "int8"])
 def test_fail_with_a_dtype_that_is_not_16_bit_float(dtype):
     with tf.Graph().as_default():
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
-        with pytest.raises(ValueError, match="bfloat16 or float16"):
-            send_gradients_as(strategy, dtype)
+        with pytest.raises(ValueError, match="float32, bfloat16, float16"):
+            tf_patches.set_gradient_transport(strategy, dtype)
 
 
 TWO_WORKERS = json.dumps(

@@ -1,0 +1,40 @@
+"""What every command-line program of the package shares: one way to refuse bad usage.
+
+`estimator_dist.train`, `.launch`, `.script`, `.check`, `.predict` and the
+data tools `input_fns.convert` and `input_fns.verify` all report a wrong flag
+or argument the same way: one line naming the program and what was wrong,
+a pointer to `--helpfull`, exit code 2, no traceback.
+
+Example:
+  >>> from absl import app
+  >>> app.run(main, flags_parser=make_flags_parser("my_tool"))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable, List, NoReturn, Sequence
+
+from absl import flags
+
+from estimator_dist.base.exit_codes import USAGE
+
+
+def usage_exit(program: str, message: str) -> NoReturn:
+    """Prints `program: error: message` and a pointer to --helpfull; exits 2."""
+    sys.stderr.write(f"{program}: error: {message}\nRun with --helpfull to list every flag.\n")
+    sys.exit(USAGE)
+
+
+def make_flags_parser(
+    program: str, flag_values: flags.FlagValues = flags.FLAGS
+) -> Callable[[Sequence[str]], List[str]]:
+    """Returns an `app.run` flags parser that exits 2 on bad flags, with no traceback."""
+
+    def parse(argv: Sequence[str]) -> List[str]:
+        try:
+            return flag_values(argv)
+        except flags.Error as error:
+            usage_exit(program, f"{str(error).rstrip('.')}. Fix the flag and run again.")
+
+    return parse

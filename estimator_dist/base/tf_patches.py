@@ -1,0 +1,263 @@
+"""Every workaround for a TensorFlow 2.15 internal, in one place.
+
+`install()` applies them all; the driver and the script runner call it once
+per process, before any strategy or Estimator is built. Calling it again does
+nothing, and `uninstall()` restores TensorFlow as it was (tests use it for
+their controls). Nothing else in the package patches TensorFlow, and no
+getter installs anything as a side effect. Each patch below says what it
+works around and which test shows it; the package pins TensorFlow 2.15, whose
+internals these are.
+
+1. **Sparse gradients all-reduced as dense tensors**
+   (`CollectiveAllReduceExtended._batch_reduce_to`, for strategies opted in
+   with `set_gradient_transport`). Embedding, hashed, crossed and vocabulary
+   columns, and `tf.gather` in a model_fn, give sparse gradients
+   (`IndexedSlices`) with one row per id a worker looked up.
+   MultiWorkerMirroredStrategy all-reduces them in graph mode by gathering
+   every worker's rows, which fails as soon as the row count differs ("Shape
+   mismatch in the collective instance"). Each sparse value is made dense, of
+   its variable's full shape, on its own device, before the all-reduce: the
+   same sum, at the cost of sending the whole table every step (a 1,000,000 x
+   4 float32 table adds 16 MB; huge embeddings belong on `parameter_server`).
+   Optimizers, v1 and Keras legacy (the V2 canned estimators), all go through
+   `batch_reduce_to`; `_reduce_to` only ever carries the logged loss.
+   Shown by `tests/estimator_dist/base/tf_patches_sparse_test.py` (two real workers, a v1 and a
+   V2 `DNNLinearCombinedClassifier` and an embedding_lookup model_fn).
+
+2. **Gradients on the wire in bfloat16 or float16** (same method, when
+   `set_gradient_transport(strategy, "bfloat16")` chose it). float32
+   gradients, sparse ones made dense included, are rounded to the wire dtype
+   for the all-reduce, summed in it, and converted back to float32 before the
+   optimizer applies them: 8 (bfloat16) or 11 (float16) significant bits per
+   value, half the bytes. float16 flushes values below about 6e-8 to 0 and
+   overflows above 65504 (no loss scaling). Shown by
+   `tests/estimator_dist/base/tf_patches_wire_test.py`.
+
+3. **Input iterators that close at once**
+   (`multi_device_iterator_ops._create_device_dataset`). An autotuned
+   `tf.data` iterator runs a model thread that, when the iterator is
+   destroyed, can miss the cancellation and sleep out its period of up to
+   60 s: a job sat idle 38-94 s after its final checkpoint. The per-replica
+   datasets distributed input builds only forward elements, so they are
+   built without autotuning (the user's own datasets get the same through
+   `estimator_dist.user_code`). Shown by `tests/estimator_dist/base/tf_patches_test.py`.
+
+4. **The model_fn runs as written under a strategy**
+   (`Estimator._call_model_fn`, marked as AutoGraph output). Under a
+   strategy, `call_for_each_replica` passes the model_fn through AutoGraph,
+   which rewrites it and everything it calls: 3 to 6 s of each task's
+   start-up on 2 cores, and Python control flow on tensors gets a meaning it
+   never has in one process. Marked, it runs as Estimator runs it without a
+   strategy (Keras layers still convert their own `call`). Shown by
+   `tests/estimator_dist/driver_test.py`.
+
+5. **A MultiWorkerMirroredStrategy built on the evaluator**
+   (`CollectiveAllReduceExtended._initialize_strategy`). The evaluator is
+   outside the cluster, so building the strategy there raises
+   `KeyError: 'evaluator'`; a script that builds its own strategy on every
+   task gets a local one there, as with no TF_CONFIG (it trains nothing).
+   Shown by `tests/estimator_dist/script_test.py`.
+
+6. **No silent session recovery once training runs**
+   (`monitored_session._PREEMPTION_ERRORS`). MonitoredSession re-creates its
+   session after an AbortedError or UnavailableError, which on one task of
+   a collective job restores an old checkpoint there alone and hangs or
+   diverges. Before the first step that recovery is wanted (a peer may start
+   late), so `install()` only prepares it and the watchdog calls
+   `stop_session_recovery()` at the first step. Shown by
+   `tests/estimator_dist/watchdog_test.py` and the fault tests.
+
+Example:
+  >>> install()
+  >>> installed()
+  True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Sequence, Tuple
+
+import tensorflow as tf
+from tensorflow.python.autograph.impl.api import autograph_artifact
+from tensorflow.python.data.ops import multi_device_iterator_ops
+from tensorflow.python.distribute import collective_all_reduce_strategy
+from tensorflow.python.distribute import values as value_lib
+from tensorflow.python.training import monitored_session
+from tensorflow_estimator.python.estimator import estimator as estimator_lib
+
+_EXTENDED = collective_all_reduce_strategy.CollectiveAllReduceExtended
+# The original of each replaced attribute, by (owner, name), while installed.
+_ORIGINALS: Dict[Tuple[Any, str], Any] = {}
+# On a strategy's `extended` object; deep-copied with it, as Estimator's
+# distribute coordinator copies and reconfigures the strategy on every task.
+_TRANSPORT = "_estimator_dist_gradient_transport"
+
+WIRE_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclasses.dataclass(frozen=True)
+class GradientTransport:
+    """How an opted-in strategy sends gradients: always dense, in `wire_dtype`."""
+
+    wire_dtype: str = "float32"
+
+
+def install() -> None:
+    """Applies every workaround; does nothing when they are installed."""
+    if installed():
+        return
+    _replace(_EXTENDED, "_batch_reduce_to", _batch_reduce_to)
+    _replace(_EXTENDED, "_initialize_strategy", _initialize_strategy)
+    _replace(multi_device_iterator_ops, "_create_device_dataset", _create_device_dataset)
+    _replace(estimator_lib.Estimator, "_call_model_fn", _call_model_fn)
+    # Unchanged until `stop_session_recovery()`; recorded so that uninstall restores it.
+    _replace(monitored_session, "_PREEMPTION_ERRORS", monitored_session._PREEMPTION_ERRORS)
+
+
+def uninstall() -> None:
+    """Restores what `install()` replaced; does nothing when nothing is installed."""
+    for (owner, name), original in reversed(list(_ORIGINALS.items())):
+        setattr(owner, name, original)
+    _ORIGINALS.clear()
+
+
+def installed() -> bool:
+    """Whether `install()` is in effect."""
+    return bool(_ORIGINALS)
+
+
+def _replace(owner: Any, name: str, value: Any) -> None:
+    _ORIGINALS[(owner, name)] = getattr(owner, name)
+    setattr(owner, name, value)
+
+
+def _original(owner: Any, name: str) -> Any:
+    return _ORIGINALS[(owner, name)]
+
+
+def set_gradient_transport(strategy: tf.distribute.Strategy, wire_dtype: str = "float32") -> None:
+    """Makes `strategy` all-reduce sparse gradients dense and float32 ones in `wire_dtype`.
+
+    Other strategies, a user's own included, keep TensorFlow's behaviour.
+
+    Args:
+      strategy: A MultiWorkerMirroredStrategy, changed in place.
+      wire_dtype: `float32` (no cast), `bfloat16` or `float16`.
+
+    Raises:
+      TypeError: if `strategy` is not a MultiWorkerMirroredStrategy.
+      ValueError: for another dtype.
+      RuntimeError: if `install()` has not run.
+    """
+    if not isinstance(strategy.extended, _EXTENDED):
+        raise TypeError(
+            "gradients are made dense and cast for MultiWorkerMirroredStrategy only, received "
+            f"{type(strategy).__name__}; other strategies all-reduce IndexedSlices themselves."
+        )
+    if wire_dtype not in WIRE_DTYPES:
+        raise ValueError(
+            f"gradients cross the wire as {', '.join(WIRE_DTYPES)}, not {wire_dtype!r}."
+        )
+    if not installed():
+        raise RuntimeError(
+            "estimator_dist.base.tf_patches.install() must run before a strategy is given a "
+            "gradient transport (the driver and the script runner call it at start-up)."
+        )
+    setattr(strategy.extended, _TRANSPORT, GradientTransport(wire_dtype))
+
+
+def stop_session_recovery() -> None:
+    """Makes MonitoredSession raise the errors it would silently recover from (patch 6)."""
+    if installed():
+        monitored_session._PREEMPTION_ERRORS = ()
+
+
+# --- 1 and 2: the gradient all-reduce ------------------------------------------------
+
+
+def _batch_reduce_to(
+    extended: Any, reduce_op: Any, value_destination_pairs: Sequence[Tuple[Any, Any]], options: Any
+) -> List[Any]:
+    original = _original(_EXTENDED, "_batch_reduce_to")
+    transport = getattr(extended, _TRANSPORT, None)
+    if transport is None:
+        return original(extended, reduce_op, value_destination_pairs, options)
+    pairs = [(_densify(value, dest), dest) for value, dest in value_destination_pairs]
+    if transport.wire_dtype == "float32":
+        return original(extended, reduce_op, pairs, options)
+    wire = tf.as_dtype(transport.wire_dtype)
+    narrowed = [_is_float32(value) for value, _ in pairs]
+    pairs = [
+        (_cast(value, tf.float32, wire, value_lib.PerReplica) if narrow else value, dest)
+        for narrow, (value, dest) in zip(narrowed, pairs)
+    ]
+    reduced = original(extended, reduce_op, pairs, options)
+    return [
+        _cast(result, wire, tf.float32, value_lib.Mirrored) if narrow else result
+        for narrow, result in zip(narrowed, reduced)
+    ]
+
+
+def _densify(value: Any, destination: Any) -> Any:
+    """`value` with each IndexedSlices component made dense on its own device."""
+    if isinstance(value, value_lib.DistributedValues):
+        parts = tuple(_densify(part, destination) for part in value.values)
+        if all(new is old for new, old in zip(parts, value.values)):
+            return value
+        return value_lib.PerReplica(parts)
+    if not isinstance(value, tf.IndexedSlices):
+        return value
+    # On the value's own device: the strategy batches all gradients into one
+    # all-reduce only when values and destinations share devices, and every
+    # task must batch alike, or their collectives' keys diverge.
+    with tf.device(value.device):
+        dense = tf.convert_to_tensor(value)
+    # The row count comes from a tensor; the variable's static shape lets the
+    # strategy pack this gradient with the others (`bytes_per_pack`).
+    if isinstance(destination, tf.Variable) and destination.shape.is_compatible_with(dense.shape):
+        dense.set_shape(destination.shape)
+    return dense
+
+
+def _cast(value: Any, source: tf.DType, target: tf.DType, wrap: type) -> Any:
+    """Casts the `source` tensors of a (distributed) value to `target`, on their devices."""
+    if isinstance(value, value_lib.DistributedValues):
+        return wrap(tuple(_cast(part, source, target, wrap) for part in value.values))
+    if isinstance(value, tf.Tensor) and value.dtype == source:
+        with tf.device(value.device):
+            return tf.cast(value, target)
+    return value
+
+
+def _is_float32(value: Any) -> bool:
+    parts = value.values if isinstance(value, value_lib.DistributedValues) else (value,)
+    return all(isinstance(part, tf.Tensor) and part.dtype == tf.float32 for part in parts)
+
+
+# --- 3: per-replica datasets without autotuning ---------------------------------------
+
+
+def _create_device_dataset(*args: Any, **kwargs: Any) -> Any:
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    create = _original(multi_device_iterator_ops, "_create_device_dataset")
+    return create(*args, **kwargs).with_options(options)
+
+
+# --- 4: the model_fn as written -----------------------------------------------------
+
+
+@autograph_artifact
+def _call_model_fn(estimator: Any, *args: Any, **kwargs: Any) -> Any:
+    return _original(estimator_lib.Estimator, "_call_model_fn")(estimator, *args, **kwargs)
+
+
+# --- 5: a local strategy on the evaluator --------------------------------------------
+
+
+def _initialize_strategy(extended: Any, cluster_resolver: Any, devices: Any) -> None:
+    if cluster_resolver.task_type == "evaluator" and not devices:
+        extended._initialize_local(cluster_resolver, devices=None)
+    else:
+        _original(_EXTENDED, "_initialize_strategy")(extended, cluster_resolver, devices)

@@ -1,0 +1,119 @@
+"""Run a cluster until it succeeds or its failure is not worth a restart.
+
+`run_with_restarts` is the launcher's whole-job loop, kept apart from how the
+tasks are started: it takes a `Launcher` (which starts, supervises and stops
+the task processes) and a function that makes the cluster of each attempt
+(fresh ports every time), so another engine can reuse it with its own. Each
+failed attempt is stopped whole, the checkpoint step is read, and
+`RestartPolicy` decides whether to restart from it (with a backoff of 1, 2,
+4 ... 30 s) or give up with the failure's exit code.
+
+Example:
+  >>> settings = RestartSettings(max_restarts=3, finish_timeout=300, grace_secs=10,
+  ...                            evaluator=True)
+  >>> code = run_with_restarts(launcher, lambda attempt: cluster, "/tmp/run", 400,
+  ...                          None, settings)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import shutil
+import time
+from typing import Callable, List, Optional
+
+from estimator_dist.base import exit_codes
+from estimator_dist.base.cluster import ClusterConfig
+from estimator_dist.supervise import Launcher, RestartPolicy
+
+
+@dataclasses.dataclass(frozen=True)
+class RestartSettings:
+    """How long to wait for a job, and how often to restart it.
+
+    Attributes:
+      max_restarts: Whole-cluster restarts after retryable failures.
+      finish_timeout: Seconds the other tasks may take after the first
+        training task finishes.
+      grace_secs: Seconds between SIGTERM and SIGKILL when stopping tasks.
+      evaluator: Whether the job has an evaluator, which must write the
+        final metrics.
+    """
+
+    max_restarts: int
+    finish_timeout: float
+    grace_secs: float
+    evaluator: bool
+
+
+def run_with_restarts(
+    launcher: Launcher,
+    new_cluster: Callable[[int], ClusterConfig],
+    model_dir: str,
+    train_steps: Optional[int],
+    deadline: Optional[float],
+    settings: RestartSettings,
+) -> int:
+    """Starts the cluster, supervises it and restarts it until it succeeds or gives up.
+
+    Args:
+      launcher: Starts, supervises and stops the tasks; prints the summary.
+      new_cluster: The cluster of attempt N (0 first).
+      model_dir: The job's model_dir, where checkpoints and metrics are read.
+      train_steps: The last step, or None when the tasks print it.
+      deadline: `time.monotonic()` at which the job fails, or None.
+      settings: Timeouts and the restart budget.
+
+    Returns:
+      The job's exit code: 0, or that of the failure that ended it.
+    """
+    from estimator_dist import records
+
+    started = time.monotonic()
+    policy = RestartPolicy(settings.max_restarts)
+    restarts: List[str] = []
+    for attempt in range(settings.max_restarts + 1):
+        launcher.start(new_cluster(attempt).tasks, attempt)
+        failure = launcher.supervise(
+            deadline,
+            train_steps,
+            settings.finish_timeout,
+            evaluator_restarts=settings.max_restarts,
+        )
+        launcher.failed_at = time.monotonic()
+        launcher.stop(settings.grace_secs)
+        if failure is None:
+            break
+        launcher.say(f"attempt {attempt} failed: {failure.cause}; stopped every task")
+        step = records.checkpoint_step(model_dir)
+        lost = max(0, launcher.last_step_seen - step)
+        restarts.append(
+            f"attempt {attempt}: {failure.cause}; resumed from checkpoint step {step}, "
+            f"{lost} step(s) lost"
+        )
+        reason = policy.give_up(failure, step)
+        if reason is not None:
+            launcher.say(f"job failed ({reason}); {len(restarts)} failed attempt(s)")
+            return failure.exit_code
+        backoff = min(2.0**attempt, 30.0)
+        launcher.say(
+            f"restarting the whole cluster from checkpoint step {step} in {backoff:g} s "
+            f"(restart {attempt + 1} of at most {settings.max_restarts})"
+        )
+        time.sleep(backoff)
+    for path in glob.glob(os.path.join(model_dir, "tmp_worker_*")):
+        shutil.rmtree(path, ignore_errors=True)
+    launcher.say(f"job finished in {time.monotonic() - started:.1f} s")
+    for line in restarts:
+        launcher.say(f"restart after {line}")
+    for line in launcher.evaluator_restarts:
+        launcher.say(f"evaluator restarted alone after: {line}")
+    metrics = records.read_final_metrics(model_dir)
+    if metrics is not None:
+        launcher.say(f"final evaluation: {records.format_metrics(metrics)}")
+    elif settings.evaluator:
+        launcher.say(f"the evaluator wrote no final metrics to {model_dir}")
+        return exit_codes.FAILURE
+    return exit_codes.OK
