@@ -35,7 +35,8 @@ from absl import app, flags
 
 from estimator_dist.cpus import onednn_enabled
 from model_fns.mnist_cnn import CnnParams, build_layers, make_optimizer
-from model_fns.resnet_cifar import ResnetCifar, ResnetParams, learning_rate_tensor
+from model_fns.resnet_cifar_network import ResnetCifar
+from model_fns.resnet_cifar_params import ResnetParams, learning_rate_tensor
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "Rank 0's events; default: a temp dir.")
 _MODEL = flags.DEFINE_enum("model", "mnist_cnn", ["mnist_cnn", "resnet_cifar"], "Model.")

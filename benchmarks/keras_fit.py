@@ -29,7 +29,8 @@ from absl import app, flags
 
 from estimator_dist.cpus import onednn_enabled
 from model_fns.mnist_cnn import CnnParams, build_layers
-from model_fns.resnet_cifar import ResnetCifar, ResnetParams
+from model_fns.resnet_cifar_network import ResnetCifar
+from model_fns.resnet_cifar_params import ResnetParams
 
 _MODEL = flags.DEFINE_enum("model", "mnist_cnn", ["mnist_cnn", "resnet_cifar"], "Model.")
 _OPTIMIZER = flags.DEFINE_enum("optimizer", "adam", ["adam", "sgd"], "mnist_cnn's optimizer.")

@@ -9,7 +9,7 @@ every record before it is used:
   found by comparing the bytes read with the file's size;
 - a record without a feature of the spec, with values of another dtype, or
   with the wrong number of values is found by decoding the Example's wire
-  format, which never raises.
+  format, which never raises (`input_fns.example_check`).
 
 By default the first bad record stops training with its file, record
 position and problem (`DataError`, exit code 3); with `skip_bad_records` it
@@ -33,6 +33,7 @@ import tensorflow as tf
 from estimator_dist.base.errors import UsageError
 from estimator_dist.base.params import from_params
 from input_fns import bad_data, ids
+from input_fns.example_check import OK, describe_problems, example_problems, first_record_problem
 from input_fns.pipeline import (
     CHUNK,
     FileParams,
@@ -46,12 +47,6 @@ from input_fns.specs import FeatureSpec, find_spec, format_specs, parse_specs
 
 #: Bytes a TFRecord frame adds to its record: length, CRC of the length, CRC of the data.
 FRAME_BYTES = 16
-#: The value lists of `tf.train.Feature`, in the order decoded.
-LIST_KINDS = ("bytes", "float", "int64")
-_LIST_TYPES = ("tensorflow.BytesList", "tensorflow.FloatList", "tensorflow.Int64List")
-_LIST_DTYPES = (tf.string, tf.float32, tf.int64)
-_KIND_OF = {"string": 0, "uint8": 0, "float32": 1, "int64": 2}
-_OK, _MISSING, _WRONG_KIND, _WRONG_COUNT, _WRONG_BYTES = range(5)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,132 +86,6 @@ class TFRecordParams(FileParams):
             return parse_specs(self.features, "features")
         except TypeError as error:
             raise ValueError(str(error)) from None
-
-
-def _first(values: tf.Tensor, default: Any) -> tf.Tensor:
-    """The first element along the last axis, or `default` where there is none."""
-    pad = tf.fill(tf.concat([tf.shape(values)[:-1], [1]], 0), tf.constant(default, values.dtype))
-    return tf.concat([values, pad], axis=-1)[..., 0]
-
-
-def _example_problems(records: tf.Tensor, specs: Tuple[FeatureSpec, ...]) -> tuple:
-    """Checks serialized Examples against `specs` without raising for a bad feature.
-
-    Returns:
-      `(codes, details)`, int64 [n, features]: `_OK` or the problem of each
-      feature, and the kind index, value count or byte length it concerns.
-    """
-    empty = tf.zeros([0, len(specs)], tf.int64)
-    # decode_proto refuses an empty batch (an end-of-file chunk).
-    return tf.cond(
-        tf.size(records) > 0,
-        lambda: _decode_problems(records, specs),
-        lambda: (empty, empty),
-    )
-
-
-def _decode_problems(records: tf.Tensor, specs: Tuple[FeatureSpec, ...]) -> tuple:
-    _, (features,) = tf.io.decode_proto(records, "tensorflow.Example", ["features"], [tf.string])
-    _, (entries,) = tf.io.decode_proto(
-        _first(features, ""), "tensorflow.Features", ["feature"], [tf.string]
-    )
-    _, (keys, values) = tf.io.decode_proto(
-        entries, "tensorflow.Features.FeatureEntry", ["key", "value"], [tf.string, tf.string]
-    )
-    keys, values = _first(keys, ""), _first(values, "")
-    kind_sizes, lists = tf.io.decode_proto(
-        values, "tensorflow.Feature", ["bytes_list", "float_list", "int64_list"], [tf.string] * 3
-    )
-    kind_sizes = tf.cast(kind_sizes, tf.int64)
-    counts, byte_lengths = {}, None
-    for kind in sorted({_KIND_OF[spec.dtype] for spec in specs}):
-        sizes, (decoded,) = tf.io.decode_proto(
-            _first(lists[kind], ""), _LIST_TYPES[kind], ["value"], [_LIST_DTYPES[kind]]
-        )
-        counts[kind] = tf.cast(sizes[..., 0], tf.int64)
-        if kind == 0:
-            byte_lengths = tf.cast(tf.strings.length(_first(decoded, "")), tf.int64)
-    codes, details = [], []
-    for spec in specs:
-        kind = _KIND_OF[spec.dtype]
-        match = tf.equal(keys, spec.name)
-        found = tf.reduce_any(match, axis=1)
-        kinds = tf.reduce_max(tf.where(match[..., None], kind_sizes, 0), axis=1)
-        wrong_kind = tf.logical_and(tf.equal(kinds[:, kind], 0), tf.reduce_sum(kinds, axis=1) > 0)
-        count = tf.reduce_sum(tf.where(match, counts[kind], 0), axis=1)
-        expected_count = 1 if kind == 0 else spec.size
-        if spec.dtype == "uint8":
-            length = tf.reduce_sum(tf.where(match, byte_lengths, 0), axis=1)
-            wrong_bytes = tf.not_equal(length, spec.size)
-        else:
-            length = tf.zeros_like(count)
-            wrong_bytes = tf.zeros_like(found)
-        code = tf.where(
-            tf.logical_not(found),
-            _MISSING,
-            tf.where(
-                wrong_kind,
-                _WRONG_KIND,
-                tf.where(
-                    tf.not_equal(count, expected_count),
-                    _WRONG_COUNT,
-                    tf.where(wrong_bytes, _WRONG_BYTES, 0),
-                ),
-            ),
-        )
-        detail = tf.where(
-            tf.equal(code, _WRONG_KIND),
-            tf.argmax(kinds, axis=1),
-            tf.where(tf.equal(code, _WRONG_COUNT), count, length),
-        )
-        codes.append(tf.cast(code, tf.int64))
-        details.append(detail)
-    return tf.stack(codes, axis=1), tf.stack(details, axis=1)
-
-
-def _describe_problems(
-    codes: tf.Tensor, details: tf.Tensor, specs: Tuple[FeatureSpec, ...]
-) -> tf.Tensor:
-    """One message per row of codes: the problem of its first bad feature."""
-    kind_names = tf.constant(LIST_KINDS)
-    messages = []
-    for column, spec in enumerate(specs):
-        code, detail = codes[:, column], details[:, column]
-        expected_kind = LIST_KINDS[_KIND_OF[spec.dtype]]
-        expected_count = 1 if spec.dtype in ("uint8", "string") else spec.size
-        text = tf.strings.as_string(detail)
-        name = f"feature '{spec.name}'"
-        messages.append(
-            tf.where(
-                tf.equal(code, _MISSING),
-                f"{name} is missing (features spec: {spec})",
-                tf.where(
-                    tf.equal(code, _WRONG_KIND),
-                    tf.strings.join(
-                        [
-                            f"{name} holds ",
-                            tf.gather(kind_names, tf.clip_by_value(detail, 0, 2)),
-                            f" values; the spec {spec} expects {expected_kind} values",
-                        ]
-                    ),
-                    tf.where(
-                        tf.equal(code, _WRONG_COUNT),
-                        tf.strings.join(
-                            [
-                                f"{name} has ",
-                                text,
-                                f" value(s); the spec {spec} expects {expected_count}",
-                            ]
-                        ),
-                        tf.strings.join(
-                            [f"{name} holds ", text, f" bytes; the spec {spec} expects {spec.size}"]
-                        ),
-                    ),
-                ),
-            )
-        )
-    first_bad = tf.argmax(tf.cast(tf.not_equal(codes, _OK), tf.int32), axis=1)
-    return tf.gather(tf.stack(messages, axis=1), first_bad, batch_dims=1)
 
 
 class _Reader:
@@ -281,8 +150,8 @@ class _Reader:
         if self.sharding.by_example:
             keep = keep_position(positions, file_index, self.sharding)
             records, positions = tf.boolean_mask(records, keep), tf.boolean_mask(positions, keep)
-        codes, details = _example_problems(records, self.specs)
-        records_ok = tf.reduce_all(tf.equal(codes, _OK), axis=1)
+        codes, details = example_problems(records, self.specs)
+        records_ok = tf.reduce_all(tf.equal(codes, OK), axis=1)
         size = tf.gather(tf.constant(self.sizes, tf.int64), file_index)
         tail_ok = tf.logical_or(tf.logical_not(is_end), tf.equal(offset, size))
         # One more row for the end of the file, after the records.
@@ -303,7 +172,7 @@ class _Reader:
                 ]
             )
             padding = tf.zeros([1, len(self.specs)], tf.int64)
-            problems = _describe_problems(
+            problems = describe_problems(
                 tf.gather(tf.concat([codes, padding], axis=0), bad),
                 tf.gather(tf.concat([details, padding], axis=0), bad),
                 self.specs,
@@ -417,27 +286,6 @@ def input_fn(
     return read_files("tfrecord", mode, input_context, read_settings(params or {}), _Reader)
 
 
-def _first_record_problem(path: str, specs: Tuple[FeatureSpec, ...]) -> Optional[str]:
-    """The problem of the first record of `path`, or None; runs in a scratch graph."""
-    with tf.Graph().as_default():
-        batch = tf.data.TFRecordDataset(path).take(1).batch(1)
-        record = tf.compat.v1.data.make_one_shot_iterator(batch).get_next()
-        codes, details = _example_problems(record, specs)
-        bad = tf.reduce_any(tf.not_equal(codes, _OK))
-        message = _describe_problems(codes, details, specs)[0]
-        with tf.compat.v1.Session() as session:
-            try:
-                is_bad, text = session.run([bad, message])
-            except tf.errors.OutOfRangeError:
-                return "no complete record could be read (the file is empty or not a TFRecord file)"
-            except tf.errors.DataLossError:
-                return (
-                    "the first record is corrupt or not a serialized tf.train.Example "
-                    "(these are not TFRecord files of tf.train.Example)"
-                )
-    return text.decode("utf-8", "replace") if is_bad else None
-
-
 def prepare(params: Mapping[str, Any]) -> None:
     """Checks, before any worker starts, that the files exist and match the spec.
 
@@ -452,7 +300,7 @@ def prepare(params: Mapping[str, Any]) -> None:
     settings = read_settings(params)
     specs = settings.specs()
     for param, pattern, first in first_files(settings):
-        problem = _first_record_problem(first, specs)
+        problem = first_record_problem(first, specs)
         if problem is not None:
             raise UsageError(
                 f"{param}={pattern!r} does not match the feature spec: {first}, record 0: "

@@ -7,7 +7,8 @@ import tensorflow as tf
 from estimator_dist.base.errors import UsageError
 from estimator_dist.base.params import from_params
 from model_fns import MODEL_FNS, resnet_cifar
-from model_fns.resnet_cifar import ResnetParams
+from model_fns.resnet_cifar_network import ResnetCifar, count_parameters
+from model_fns.resnet_cifar_params import ResnetParams, learning_rate_tensor
 from tests.procs import run_module
 
 TRAIN = tf.estimator.ModeKeys.TRAIN
@@ -152,7 +153,7 @@ def test_learning_rate_tensor_follows_the_schedule():
     schedule = ResnetParams(decay_steps="3;6", decay_rate=0.5, batch_size=256).schedule()
     with tf.Graph().as_default():
         step = tf.compat.v1.placeholder(tf.int64, [])
-        rate = resnet_cifar.learning_rate_tensor(schedule, step)
+        rate = learning_rate_tensor(schedule, step)
         with tf.compat.v1.Session() as session:
             rates = [session.run(rate, {step: value}) for value in range(9)]
     assert rates == pytest.approx([schedule.rate_at(value) for value in range(9)])
@@ -184,10 +185,10 @@ def test_resnet20_has_0_27m_parameters_and_deeper_ones_grow_by_whole_blocks():
     resnet8, resnet20 = trainable_count(8), trainable_count(20)
     assert resnet20 == 272_762
     assert resnet20 == resnet8 + 2 * per_block_each_stage
-    assert resnet_cifar.count_parameters(8) == resnet8
-    assert resnet_cifar.count_parameters(20) == resnet20
-    assert resnet_cifar.count_parameters(32) == resnet20 + 2 * per_block_each_stage == 467_194
-    assert resnet_cifar.count_parameters(56) == resnet20 + 6 * per_block_each_stage == 856_058
+    assert count_parameters(8) == resnet8
+    assert count_parameters(20) == resnet20
+    assert count_parameters(32) == resnet20 + 2 * per_block_each_stage == 467_194
+    assert count_parameters(56) == resnet20 + 6 * per_block_each_stage == 856_058
 
 
 @pytest.mark.parametrize("depth, convolutions", [(8, 1 + 3 * 2 + 3), (20, 1 + 9 * 2 + 3)])
@@ -195,7 +196,7 @@ def test_weight_decay_covers_every_convolution_and_the_dense_layer_but_not_batch
     depth, convolutions
 ):
     with tf.Graph().as_default():
-        network = resnet_cifar.ResnetCifar(ResnetParams(depth=depth))
+        network = ResnetCifar(ResnetParams(depth=depth))
         network(tf.zeros([2, 32, 32, 3]), training=True)
         decayed = network.weight_decay_variables()
         kernels = [v for v in network.trainable_variables if len(v.shape) == 4]
@@ -292,8 +293,8 @@ def test_ghost_batch_norm_groups_examples_like_interleaved_replicas():
     with tf.Graph().as_default():
         inputs = tf.random.stateless_normal([8, 4, 4, 16], seed=[5, 6]) * 3.0 + 1.0
         inputs += tf.reshape(tf.range(8, dtype=tf.float32), [8, 1, 1, 1])
-        ghost = resnet_cifar.ResnetCifar(ResnetParams(virtual_batch_size=4, batch_size=8))
-        plain = resnet_cifar.ResnetCifar(ResnetParams(batch_size=8))
+        ghost = ResnetCifar(ResnetParams(virtual_batch_size=4, batch_size=8))
+        plain = ResnetCifar(ResnetParams(batch_size=8))
         grouped = ghost.stem_bn(inputs, training=True)
         parts = [plain.stem_bn(inputs[i::2], training=True) for i in range(2)]
         halves = plain.stem_bn(inputs[:4], training=True)
