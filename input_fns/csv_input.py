@@ -32,18 +32,18 @@ import tensorflow as tf
 
 from estimator_dist.base.errors import UsageError
 from estimator_dist.base.params import from_params
-from input_fns import bad_data, ids
+from input_fns import bad_data
 from input_fns.pipeline import (
     CHUNK,
     FileParams,
+    FileReader,
     Sharding,
     first_files,
     keep_position,
     list_files,
     read_files,
-    to_model_inputs,
 )
-from input_fns.specs import FeatureSpec, find_spec, format_specs, parse_specs
+from input_fns.specs import FeatureSpec, check_keys, format_specs, parse_spec_param
 
 #: What a column of each dtype must hold (RE2, whole field).
 PATTERNS = {
@@ -84,24 +84,15 @@ class CsvParams(FileParams):
                 f"delimiter must be one character other than a quote or newline, received "
                 f"{self.delimiter!r}."
             )
-        specs = self.specs()
-        for key, role in ((self.label_key, "label_key"), (self.id_feature, "id_feature")):
-            if key is not None and find_spec(specs, key) is None:
-                raise ValueError(
-                    f"{role}={key!r} is not in columns {format_specs(specs)!r}; add it to "
-                    f"the spec or set {role} to one of its names."
-                )
+        check_keys(self.specs(), "columns", label_key=self.label_key, id_feature=self.id_feature)
 
     def specs(self) -> Tuple[FeatureSpec, ...]:
-        """The parsed column spec.
+        """The parsed column spec, in file order.
 
         Raises:
           ValueError: if the spec is malformed.
         """
-        try:
-            return parse_specs(self.columns, "columns")
-        except TypeError as error:
-            raise ValueError(str(error)) from None
+        return parse_spec_param(self.columns, "columns")
 
 
 class _Columns:
@@ -182,17 +173,16 @@ class _Columns:
         return features
 
 
-class _Reader:
+class _Reader(FileReader):
     """Reads, checks and decodes one worker's share of CSV files."""
+
+    NAME = "csv"
 
     def __init__(
         self, files: Tuple[str, ...], settings: CsvParams, sharding: Sharding, training: bool
     ) -> None:
-        self.files = files
-        self.settings = settings
+        super().__init__(files, settings, sharding, training)
         self.columns = _Columns(settings.specs(), settings.delimiter)
-        self.sharding = sharding
-        self.training = training
 
     def _read_file(self, index: tf.Tensor) -> tf.data.Dataset:
         """Chunks `(lines [n], file index, positions [n])` of one file, header left out.
@@ -243,44 +233,12 @@ class _Reader:
         with tf.control_dependencies([noted]):
             return tf.boolean_mask(lines, ok)
 
-    def _ids(self, lines: tf.Tensor) -> tf.Tensor:
-        name = self.settings.id_feature
-        if name is None:
-            return ids.content_hash(lines)
+    def _id_values(self, lines: tf.Tensor, name: str) -> tf.Tensor:
         fields, _ = self.columns.fields(lines)
         return tf.strings.strip(fields[:, self.columns.names.index(name)])
 
-    def epoch(self) -> tf.data.Dataset:
-        """One pass over this worker's lines, checked, as strings."""
-        sharding = self.sharding
-        indexes = tf.data.Dataset.range(len(self.files))
-        if sharding.by_file:
-            indexes = indexes.shard(sharding.pipelines, sharding.pipeline_id)
-        if self.training:
-            indexes = indexes.shuffle(len(self.files), seed=self.settings.seed)
-        own_files = (
-            -(-len(self.files) // sharding.pipelines) if sharding.by_file else len(self.files)
-        )
-        items = indexes.interleave(
-            self._read_file, cycle_length=min(own_files, 8), num_parallel_calls=tf.data.AUTOTUNE
-        )
-        chunks = items.map(self._check_chunk, num_parallel_calls=tf.data.AUTOTUNE)
-        if self.training and self.settings.record_read_ids is not None:
-            header = (
-                f"input_fn csv, pipeline {sharding.pipeline_id} of {sharding.pipelines}, "
-                f"sharding {sharding.describe()}"
-            )
-            path = ids.ids_path(
-                self.settings.record_read_ids, sharding.pipeline_id, sharding.pipelines
-            )
-            chunks = ids.record_ids(chunks, self._ids, path, header)
-        return chunks.unbatch()
-
-    def decode(self, lines: tf.Tensor) -> tuple:
-        """Parses a batch of checked lines into `(features, label)`."""
-        features = self.columns.decode(lines)
-        drop = (self.settings.id_feature,) if self.settings.id_feature else ()
-        return to_model_inputs(features, self.settings.label_key, drop)
+    def _features(self, lines: tf.Tensor) -> dict:
+        return self.columns.decode(lines)
 
 
 def read_settings(params: Mapping[str, Any]) -> CsvParams:
@@ -323,7 +281,7 @@ def input_fn(
       ...     "batch_size": 100, "files": "/data/iris/*.csv",
       ...     "columns": "x:float32:4;label:int64"})
     """
-    return read_files("csv", mode, input_context, read_settings(params or {}), _Reader)
+    return read_files(mode, input_context, read_settings(params or {}), _Reader)
 
 
 def raw_batches(settings: CsvParams, batch_size: int) -> tf.data.Dataset:

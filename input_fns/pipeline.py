@@ -15,13 +15,15 @@ position-based subset of the records), none with one pipeline.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
-from typing import Any, Callable, ClassVar, Iterator, Mapping, Optional, Tuple
+from typing import Any, Callable, ClassVar, Iterator, Mapping, Optional, Tuple, Type
 
 import tensorflow as tf
 from absl import logging
 
 from estimator_dist.base.errors import UsageError
+from input_fns import ids
 
 #: `tf.estimator.ModeKeys` values, spelled out so that reading data (as
 #: `estimator_dist.predict` does) never imports tensorflow_estimator.
@@ -283,24 +285,95 @@ class FileParams(PipelineParams):
         return self.eval_files, "eval_files"
 
 
+class FileReader(abc.ABC):
+    """Reads, checks and decodes one worker's share of files; a subclass per format.
+
+    `epoch` is the same for every format: this pipeline's files (every file
+    under example-level sharding), shuffled for training, read by a parallel
+    interleave of `_read_file`, checked a chunk at a time by `_check_chunk`,
+    and, when asked, their ids recorded. `decode` turns a batch into
+    `(features, label)` with `_features`; the id feature is left out.
+
+    Attributes:
+      NAME: The input_fn's name, for the log and the id files.
+    """
+
+    NAME: ClassVar[str]
+
+    def __init__(
+        self, files: Tuple[str, ...], settings: FileParams, sharding: Sharding, training: bool
+    ) -> None:
+        self.files = files
+        self.settings = settings
+        self.sharding = sharding
+        self.training = training
+
+    @abc.abstractmethod
+    def _read_file(self, index: tf.Tensor) -> tf.data.Dataset:
+        """Chunks of file `index`, `(records [n], file index, positions [n], ...)`."""
+
+    @abc.abstractmethod
+    def _check_chunk(self, *chunk: tf.Tensor) -> tf.Tensor:
+        """Returns this pipeline's good records of a chunk; fails on, or counts, bad ones."""
+
+    @abc.abstractmethod
+    def _id_values(self, records: tf.Tensor, name: str) -> tf.Tensor:
+        """The string values of the feature `name` (the `id_feature`) of checked records."""
+
+    @abc.abstractmethod
+    def _features(self, records: tf.Tensor) -> dict:
+        """Decodes a batch of checked records into one tensor per feature of the spec."""
+
+    def _ids(self, records: tf.Tensor) -> tf.Tensor:
+        name = self.settings.id_feature
+        return ids.content_hash(records) if name is None else self._id_values(records, name)
+
+    def epoch(self) -> tf.data.Dataset:
+        """One pass over this worker's records, checked, still encoded."""
+        sharding = self.sharding
+        indexes = tf.data.Dataset.range(len(self.files))
+        if sharding.by_file:
+            indexes = indexes.shard(sharding.pipelines, sharding.pipeline_id)
+        if self.training:
+            indexes = indexes.shuffle(len(self.files), seed=self.settings.seed)
+        own_files = (
+            -(-len(self.files) // sharding.pipelines) if sharding.by_file else len(self.files)
+        )
+        items = indexes.interleave(
+            self._read_file, cycle_length=min(own_files, 8), num_parallel_calls=tf.data.AUTOTUNE
+        )
+        chunks = items.map(self._check_chunk, num_parallel_calls=tf.data.AUTOTUNE)
+        if self.training and self.settings.record_read_ids is not None:
+            header = (
+                f"input_fn {self.NAME}, pipeline {sharding.pipeline_id} of {sharding.pipelines}, "
+                f"sharding {sharding.describe()}"
+            )
+            path = ids.ids_path(
+                self.settings.record_read_ids, sharding.pipeline_id, sharding.pipelines
+            )
+            chunks = ids.record_ids(chunks, self._ids, path, header)
+        return chunks.unbatch()
+
+    def decode(self, records: tf.Tensor) -> tuple:
+        """Parses a batch of checked records into `(features, label)`."""
+        drop = (self.settings.id_feature,) if self.settings.id_feature else ()
+        return to_model_inputs(self._features(records), self.settings.label_key, drop)
+
+
 def read_files(
-    name: str,
     mode: str,
     input_context: Optional[tf.distribute.InputContext],
     settings: FileParams,
-    make_reader: Callable[[Tuple[str, ...], FileParams, Sharding, bool], Any],
+    reader: Type[FileReader],
 ) -> tf.data.Dataset:
     """The input_fn of a file reader: lists, shards, logs, reads and assembles.
 
     Args:
-      name: The input_fn's name, for the log.
       mode: TRAIN reads `files`; EVAL and PREDICT read `eval_files` (or
         `files`, with a warning).
       input_context: This worker's pipeline id and count, or None.
       settings: The reader's validated settings.
-      make_reader: `(files, settings, sharding, training)` to an object with
-        `epoch()` (one pass over this worker's raw records) and
-        `decode(batch)` (to `(features, label)`).
+      reader: The `FileReader` of the format.
 
     Returns:
       The dataset the input_fn returns.
@@ -310,13 +383,15 @@ def read_files(
     """
     pattern, param = settings.pattern(mode)
     if mode != TRAIN and param == "files":
-        logging.warning("input_fn %s: no eval_files given; evaluating on files=%s.", name, pattern)
+        logging.warning(
+            "input_fn %s: no eval_files given; evaluating on files=%s.", reader.NAME, pattern
+        )
     files = list_files(pattern, param)
     sharding = decide_sharding(len(files), input_context)
     _, per_replica = batch_sizes(settings.batch_size, input_context)
-    log_input(name, mode, pattern, settings, input_context, sharding)
-    reader = make_reader(files, settings, sharding, mode == TRAIN)
-    return assemble(reader.epoch(), mode, settings, per_replica, reader.decode)
+    log_input(reader.NAME, mode, pattern, settings, input_context, sharding)
+    worker = reader(files, settings, sharding, mode == TRAIN)
+    return assemble(worker.epoch(), mode, settings, per_replica, worker.decode)
 
 
 def first_files(settings: FileParams) -> Iterator[Tuple[str, str, str]]:

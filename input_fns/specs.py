@@ -154,3 +154,30 @@ def format_specs(specs: Tuple[FeatureSpec, ...]) -> str:
 def find_spec(specs: Tuple[FeatureSpec, ...], name: str) -> Optional[FeatureSpec]:
     """Returns the spec named `name`, or None."""
     return next((spec for spec in specs if spec.name == name), None)
+
+
+def parse_spec_param(spec: SpecInput, param: str) -> Tuple[FeatureSpec, ...]:
+    """`parse_specs` of the parameter `param`, for a params dataclass.
+
+    Raises:
+      ValueError: for any malformed spec, a wrong type included, so that
+        `from_params` reports it as a bad parameter.
+    """
+    try:
+        return parse_specs(spec, param)
+    except TypeError as error:
+        raise ValueError(str(error)) from None
+
+
+def check_keys(specs: Tuple[FeatureSpec, ...], param: str, **keys: Optional[str]) -> None:
+    """Checks that every key given, such as `label_key="label"`, names a feature of `specs`.
+
+    Raises:
+      ValueError: for a key that is not None and is not in `specs`.
+    """
+    for role, key in keys.items():
+        if key is not None and find_spec(specs, key) is None:
+            raise ValueError(
+                f"{role}={key!r} is not in {param} {format_specs(specs)!r}; add it to "
+                f"the spec or set {role} to one of its names."
+            )

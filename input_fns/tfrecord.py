@@ -37,13 +37,13 @@ from input_fns.example_check import OK, describe_problems, example_problems, fir
 from input_fns.pipeline import (
     CHUNK,
     FileParams,
+    FileReader,
     Sharding,
     first_files,
     keep_position,
     read_files,
-    to_model_inputs,
 )
-from input_fns.specs import FeatureSpec, find_spec, format_specs, parse_specs
+from input_fns.specs import FeatureSpec, check_keys, find_spec, format_specs, parse_spec_param
 
 #: Bytes a TFRecord frame adds to its record: length, CRC of the length, CRC of the data.
 FRAME_BYTES = 16
@@ -68,13 +68,7 @@ class TFRecordParams(FileParams):
                 "--params='features=image:uint8:28x28x1;label:int64' (python -m "
                 "input_fns.convert prints the spec of the files it writes)."
             )
-        specs = self.specs()
-        for key, role in ((self.label_key, "label_key"), (self.id_feature, "id_feature")):
-            if key is not None and find_spec(specs, key) is None:
-                raise ValueError(
-                    f"{role}={key!r} is not in features {format_specs(specs)!r}; add it "
-                    f"to the spec or set {role} to one of its names."
-                )
+        check_keys(self.specs(), "features", label_key=self.label_key, id_feature=self.id_feature)
 
     def specs(self) -> Tuple[FeatureSpec, ...]:
         """The parsed feature spec.
@@ -82,14 +76,13 @@ class TFRecordParams(FileParams):
         Raises:
           ValueError: if the spec is malformed.
         """
-        try:
-            return parse_specs(self.features, "features")
-        except TypeError as error:
-            raise ValueError(str(error)) from None
+        return parse_spec_param(self.features, "features")
 
 
-class _Reader:
+class _Reader(FileReader):
     """Reads, checks and decodes one worker's share of TFRecord files."""
+
+    NAME = "tfrecord"
 
     def __init__(
         self,
@@ -98,12 +91,9 @@ class _Reader:
         sharding: Sharding,
         training: bool,
     ) -> None:
-        self.files = files
+        super().__init__(files, settings, sharding, training)
         self.sizes = tuple(tf.io.gfile.stat(path).length for path in files)
-        self.settings = settings
         self.specs = settings.specs()
-        self.sharding = sharding
-        self.training = training
 
     def _read_file(self, index: tf.Tensor) -> tf.data.Dataset:
         """Chunks of one file's records, then an empty end chunk.
@@ -193,48 +183,18 @@ class _Reader:
         with tf.control_dependencies([noted]):
             return tf.boolean_mask(records, records_ok)
 
-    def _ids(self, records: tf.Tensor) -> tf.Tensor:
-        name = self.settings.id_feature
-        if name is None:
-            return ids.content_hash(records)
+    def _id_values(self, records: tf.Tensor, name: str) -> tf.Tensor:
         spec = find_spec(self.specs, name)
         parsed = tf.io.parse_example(records, {name: _parse_spec(spec)})[name]
         return ids.as_id_strings(parsed)
 
-    def epoch(self) -> tf.data.Dataset:
-        """One pass over this worker's records, checked, as serialized strings."""
-        sharding = self.sharding
-        indexes = tf.data.Dataset.range(len(self.files))
-        if sharding.by_file:
-            indexes = indexes.shard(sharding.pipelines, sharding.pipeline_id)
-        if self.training:
-            indexes = indexes.shuffle(len(self.files), seed=self.settings.seed)
-        own_files = (
-            -(-len(self.files) // sharding.pipelines) if sharding.by_file else len(self.files)
-        )
-        items = indexes.interleave(
-            self._read_file, cycle_length=min(own_files, 8), num_parallel_calls=tf.data.AUTOTUNE
-        )
-        chunks = items.map(self._check_chunk, num_parallel_calls=tf.data.AUTOTUNE)
-        if self.training and self.settings.record_read_ids is not None:
-            header = f"input_fn tfrecord, pipeline {sharding.pipeline_id} of {sharding.pipelines}"
-            path = ids.ids_path(
-                self.settings.record_read_ids, sharding.pipeline_id, sharding.pipelines
-            )
-            chunks = ids.record_ids(
-                chunks, self._ids, path, f"{header}, sharding {sharding.describe()}"
-            )
-        return chunks.unbatch()
-
-    def decode(self, records: tf.Tensor) -> tuple:
-        """Parses a batch of checked records into `(features, label)`."""
+    def _features(self, records: tf.Tensor) -> dict:
         parsed = tf.io.parse_example(records, {spec.name: _parse_spec(spec) for spec in self.specs})
         for spec in self.specs:
             if spec.dtype == "uint8":
                 pixels = tf.io.decode_raw(parsed[spec.name], tf.uint8, fixed_length=spec.size)
                 parsed[spec.name] = tf.reshape(pixels, [-1, *spec.shape])
-        drop = (self.settings.id_feature,) if self.settings.id_feature else ()
-        return to_model_inputs(parsed, self.settings.label_key, drop)
+        return parsed
 
 
 def _parse_spec(spec: FeatureSpec) -> tf.io.FixedLenFeature:
@@ -283,7 +243,7 @@ def input_fn(
       ...     "eval_files": "/data/mnist/test-*.tfrecord",
       ...     "features": "image:uint8:28x28x1;label:int64"})
     """
-    return read_files("tfrecord", mode, input_context, read_settings(params or {}), _Reader)
+    return read_files(mode, input_context, read_settings(params or {}), _Reader)
 
 
 def prepare(params: Mapping[str, Any]) -> None:

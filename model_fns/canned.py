@@ -106,8 +106,19 @@ def keras_optimizer(name: str, learning_rate: float) -> Callable[[], Any]:
     return functools.partial(_KERAS_OPTIMIZERS[name], learning_rate=learning_rate)
 
 
-def _head_kwargs(params: Any) -> dict:
-    return {} if params.head == "regression" else {"n_classes": params.n_classes}
+def _canned(
+    classifier: type,
+    regressor: type,
+    config: tf.estimator.RunConfig,
+    hparams: Any,
+    **arguments: Any,
+) -> tf.estimator.Estimator:
+    """`classifier`, or `regressor` for `head=regression`, with the arguments all three share."""
+    if hparams.head == "regression":
+        estimator, head = regressor, {}
+    else:
+        estimator, head = classifier, {"n_classes": hparams.n_classes}
+    return estimator(config=config, warm_start_from=hparams.warm_start_from, **head, **arguments)
 
 
 def build_dnn(config: tf.estimator.RunConfig, params: Mapping[str, Any]) -> tf.estimator.Estimator:
@@ -132,16 +143,15 @@ def build_dnn(config: tf.estimator.RunConfig, params: Mapping[str, Any]) -> tf.e
     """
     hparams = from_params(CannedDnnParams, params, "canned_dnn")
     specs = resolve_specs(hparams.feature_specs)
-    regression = hparams.head == "regression"
-    estimator = tf.estimator.DNNRegressor if regression else tf.estimator.DNNClassifier
-    return estimator(
+    return _canned(
+        tf.estimator.DNNClassifier,
+        tf.estimator.DNNRegressor,
+        config,
+        hparams,
         hidden_units=list(hparams.units),
         feature_columns=deep_columns(specs, hparams, hparams.seed),
         optimizer=keras_optimizer(hparams.optimizer, hparams.learning_rate),
         dropout=hparams.dropout or None,
-        config=config,
-        warm_start_from=hparams.warm_start_from,
-        **_head_kwargs(hparams),
     )
 
 
@@ -169,14 +179,13 @@ def build_linear(
     """
     hparams = from_params(CannedLinearParams, params, "canned_linear")
     specs = resolve_specs(hparams.feature_specs)
-    regression = hparams.head == "regression"
-    estimator = tf.estimator.LinearRegressor if regression else tf.estimator.LinearClassifier
-    return estimator(
+    return _canned(
+        tf.estimator.LinearClassifier,
+        tf.estimator.LinearRegressor,
+        config,
+        hparams,
         feature_columns=wide_columns(specs, hparams),
         optimizer=keras_optimizer(hparams.optimizer, hparams.learning_rate),
-        config=config,
-        warm_start_from=hparams.warm_start_from,
-        **_head_kwargs(hparams),
     )
 
 
@@ -206,21 +215,16 @@ def build_wide_and_deep(
     """
     hparams = from_params(CannedWideDeepParams, params, "canned_wide_and_deep")
     specs = resolve_specs(hparams.feature_specs)
-    regression = hparams.head == "regression"
-    estimator = (
-        tf.estimator.DNNLinearCombinedRegressor
-        if regression
-        else tf.estimator.DNNLinearCombinedClassifier
-    )
     linear_rate = hparams.linear_learning_rate or hparams.learning_rate
-    return estimator(
+    return _canned(
+        tf.estimator.DNNLinearCombinedClassifier,
+        tf.estimator.DNNLinearCombinedRegressor,
+        config,
+        hparams,
         linear_feature_columns=wide_columns(specs, hparams),
         linear_optimizer=keras_optimizer(hparams.linear_optimizer, linear_rate),
         dnn_feature_columns=deep_columns(specs, hparams, hparams.seed),
         dnn_optimizer=keras_optimizer(hparams.optimizer, hparams.learning_rate),
         dnn_hidden_units=list(hparams.units),
         dnn_dropout=hparams.dropout or None,
-        config=config,
-        warm_start_from=hparams.warm_start_from,
-        **_head_kwargs(hparams),
     )

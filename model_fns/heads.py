@@ -80,90 +80,91 @@ class Head:
           prediction, from any receiver) and `classification` or `regression`
           (Classify/Regress APIs, with a tf.Example parsing receiver only).
         """
-        if self.kind == "regression":
-            return self._regression(mode, logits, labels, train_op_fn)
-        return self._classification(mode, logits, labels, train_op_fn)
-
-    def _classification(
-        self,
-        mode: str,
-        logits: tf.Tensor,
-        labels: Optional[tf.Tensor],
-        train_op_fn: Callable[[tf.Tensor], tf.Operation],
-    ) -> tf.estimator.EstimatorSpec:
-        binary = self.n_classes == 2
-        if binary:
-            logistic = tf.sigmoid(logits)
-            probabilities = tf.concat([1.0 - logistic, logistic], axis=1)
-            class_ids = tf.cast(tf.reshape(logistic, [-1]) > 0.5, tf.int64)
-        else:
-            probabilities = tf.nn.softmax(logits)
-            class_ids = tf.argmax(logits, axis=1)
-        predictions = {
-            "logits": logits,
-            "probabilities": probabilities,
-            "class_ids": class_ids,
-        }
-        if binary:
-            predictions["logistic"] = logistic
+        head = _Regression() if self.kind == "regression" else _Classification(self.n_classes)
+        predictions = head.predictions(logits)
         if mode == PREDICT:
-            names = tf.constant([str(index) for index in range(self.n_classes)])
-            classes = tf.tile(tf.expand_dims(names, 0), [tf.shape(logits)[0], 1])
-            classification = tf.estimator.export.ClassificationOutput(
-                scores=probabilities, classes=classes
-            )
-            return _predict_spec(predictions, "classification", classification)
-        labels = tf.cast(tf.reshape(labels, [-1]), tf.int32)
-        if binary:
-            loss = tf.reduce_mean(
-                tf.nn.sigmoid_cross_entropy_with_logits(
-                    labels=tf.cast(labels, tf.float32), logits=tf.reshape(logits, [-1])
-                )
-            )
-        else:
-            loss = tf.reduce_mean(
-                tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-            )
-        if mode == EVAL:
-            metrics = {"accuracy": tf.compat.v1.metrics.accuracy(labels, class_ids)}
-            if binary:
-                metrics["auc"] = tf.compat.v1.metrics.auc(labels, tf.reshape(logistic, [-1]))
-                metrics["precision"] = tf.compat.v1.metrics.precision(labels, class_ids)
-                metrics["recall"] = tf.compat.v1.metrics.recall(labels, class_ids)
-            return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
-        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op_fn(loss))
-
-    def _regression(
-        self,
-        mode: str,
-        logits: tf.Tensor,
-        labels: Optional[tf.Tensor],
-        train_op_fn: Callable[[tf.Tensor], tf.Operation],
-    ) -> tf.estimator.EstimatorSpec:
-        values = tf.reshape(logits, [-1])
-        predictions = {"predictions": values}
-        if mode == PREDICT:
-            regression = tf.estimator.export.RegressionOutput(value=values)
-            return _predict_spec(predictions, "regression", regression)
-        labels = tf.cast(tf.reshape(labels, [-1]), tf.float32)
-        loss = tf.reduce_mean(tf.math.squared_difference(values, labels))
-        if mode == EVAL:
-            metrics = {
-                "rmse": tf.compat.v1.metrics.root_mean_squared_error(labels, values),
-                "mae": tf.compat.v1.metrics.mean_absolute_error(labels, values),
+            everything = tf.estimator.export.PredictOutput(predictions)
+            outputs = {
+                "serving_default": everything,
+                self.kind: head.export_output(predictions),
+                "predict": everything,
             }
+            return tf.estimator.EstimatorSpec(mode, predictions=predictions, export_outputs=outputs)
+        labels, loss = head.loss(logits, labels)
+        if mode == EVAL:
+            metrics = head.metrics(labels, predictions)
             return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
         return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op_fn(loss))
 
 
-def _predict_spec(
-    predictions: dict, name: str, output: tf.estimator.export.ExportOutput
-) -> tf.estimator.EstimatorSpec:
-    """The PREDICT spec: `serving_default` and `predict` from any receiver, `name` for
-    Classify/Regress (tf.Example parsing receivers only)."""
-    everything = tf.estimator.export.PredictOutput(predictions)
-    return tf.estimator.EstimatorSpec(
-        PREDICT,
-        predictions=predictions,
-        export_outputs={"serving_default": everything, name: output, "predict": everything},
-    )
+@dataclasses.dataclass(frozen=True)
+class _Classification:
+    """Predictions, loss and metrics of a classification head."""
+
+    n_classes: int
+
+    def predictions(self, logits: tf.Tensor) -> dict:
+        if self.n_classes > 2:
+            return {
+                "logits": logits,
+                "probabilities": tf.nn.softmax(logits),
+                "class_ids": tf.argmax(logits, axis=1),
+            }
+        logistic = tf.sigmoid(logits)
+        return {
+            "logits": logits,
+            "probabilities": tf.concat([1.0 - logistic, logistic], axis=1),
+            "class_ids": tf.cast(tf.reshape(logistic, [-1]) > 0.5, tf.int64),
+            "logistic": logistic,
+        }
+
+    def export_output(self, predictions: dict) -> tf.estimator.export.ExportOutput:
+        """The Classify API's output: every class's score, classes named "0", "1", ..."""
+        probabilities = predictions["probabilities"]
+        names = tf.constant([str(index) for index in range(self.n_classes)])
+        classes = tf.tile(tf.expand_dims(names, 0), [tf.shape(probabilities)[0], 1])
+        return tf.estimator.export.ClassificationOutput(scores=probabilities, classes=classes)
+
+    def loss(self, logits: tf.Tensor, labels: tf.Tensor) -> tuple:
+        """Returns (int32 labels [batch], the mean cross-entropy)."""
+        labels = tf.cast(tf.reshape(labels, [-1]), tf.int32)
+        if self.n_classes > 2:
+            losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        else:
+            losses = tf.nn.sigmoid_cross_entropy_with_logits(
+                labels=tf.cast(labels, tf.float32), logits=tf.reshape(logits, [-1])
+            )
+        return labels, tf.reduce_mean(losses)
+
+    def metrics(self, labels: tf.Tensor, predictions: dict) -> dict:
+        class_ids = predictions["class_ids"]
+        metrics = {"accuracy": tf.compat.v1.metrics.accuracy(labels, class_ids)}
+        if self.n_classes == 2:
+            logistic = tf.reshape(predictions["logistic"], [-1])
+            metrics["auc"] = tf.compat.v1.metrics.auc(labels, logistic)
+            metrics["precision"] = tf.compat.v1.metrics.precision(labels, class_ids)
+            metrics["recall"] = tf.compat.v1.metrics.recall(labels, class_ids)
+        return metrics
+
+
+class _Regression:
+    """Predictions, loss and metrics of a regression head."""
+
+    def predictions(self, logits: tf.Tensor) -> dict:
+        return {"predictions": tf.reshape(logits, [-1])}
+
+    def export_output(self, predictions: dict) -> tf.estimator.export.ExportOutput:
+        """The Regress API's output: the predicted value."""
+        return tf.estimator.export.RegressionOutput(value=predictions["predictions"])
+
+    def loss(self, logits: tf.Tensor, labels: tf.Tensor) -> tuple:
+        """Returns (float32 labels [batch], the mean squared error)."""
+        labels = tf.cast(tf.reshape(labels, [-1]), tf.float32)
+        return labels, tf.reduce_mean(tf.math.squared_difference(tf.reshape(logits, [-1]), labels))
+
+    def metrics(self, labels: tf.Tensor, predictions: dict) -> dict:
+        values = predictions["predictions"]
+        return {
+            "rmse": tf.compat.v1.metrics.root_mean_squared_error(labels, values),
+            "mae": tf.compat.v1.metrics.mean_absolute_error(labels, values),
+        }

@@ -232,11 +232,28 @@ def linear_logits(
         )
 
 
-def _minimize(optimizer: tf.compat.v1.train.Optimizer) -> Callable[[tf.Tensor], tf.Operation]:
+def _optimizer(
+    name: str, learning_rate: float, params: Mapping[str, Any]
+) -> tf.compat.v1.train.Optimizer:
+    """`make_optimizer`, accumulating gradients when `params` asks for it."""
+    return with_gradient_accumulation(make_optimizer(name, learning_rate), params)
+
+
+def _single_optimizer_spec(
+    head: Head,
+    mode: str,
+    logits: tf.Tensor,
+    labels: Optional[tf.Tensor],
+    hparams: Union[DnnParams, LinearParams],
+    params: Mapping[str, Any],
+) -> tf.estimator.EstimatorSpec:
+    """The spec of a model whose weights all train with `optimizer` and `learning_rate`."""
+    optimizer = _optimizer(hparams.optimizer, hparams.learning_rate, params)
+
     def train_op_fn(loss: tf.Tensor) -> tf.Operation:
         return optimizer.minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())
 
-    return train_op_fn
+    return head.create_estimator_spec(mode, logits, labels, train_op_fn)
 
 
 def _as_dict(features: Any) -> Mapping[str, tf.Tensor]:
@@ -269,12 +286,8 @@ def dnn_classifier(
     """
     hparams = from_params(DnnParams, params, "dnn_classifier")
     head = Head(hparams.head, hparams.n_classes)
-    features = _as_dict(features)
-    logits = dnn_logits(features, hparams, head.logits_dimension, mode == TRAIN)
-    optimizer = with_gradient_accumulation(
-        make_optimizer(hparams.optimizer, hparams.learning_rate), params
-    )
-    return head.create_estimator_spec(mode, logits, labels, _minimize(optimizer))
+    logits = dnn_logits(_as_dict(features), hparams, head.logits_dimension, mode == TRAIN)
+    return _single_optimizer_spec(head, mode, logits, labels, hparams, params)
 
 
 def linear_classifier(
@@ -304,10 +317,7 @@ def linear_classifier(
     hparams = from_params(LinearParams, params, "linear_classifier")
     head = Head(hparams.head, hparams.n_classes)
     logits = linear_logits(_as_dict(features), hparams, head.logits_dimension)
-    optimizer = with_gradient_accumulation(
-        make_optimizer(hparams.optimizer, hparams.learning_rate), params
-    )
-    return head.create_estimator_spec(mode, logits, labels, _minimize(optimizer))
+    return _single_optimizer_spec(head, mode, logits, labels, hparams, params)
 
 
 def wide_and_deep(
@@ -344,14 +354,9 @@ def wide_and_deep(
     dnn, dnn_variables = _new_variables(
         lambda: dnn_logits(features, hparams, head.logits_dimension, mode == TRAIN)
     )
-    dnn_optimizer = with_gradient_accumulation(
-        make_optimizer(hparams.optimizer, hparams.learning_rate), params
-    )
-    linear_optimizer = with_gradient_accumulation(
-        make_optimizer(
-            hparams.linear_optimizer, hparams.linear_learning_rate or hparams.learning_rate
-        ),
-        params,
+    dnn_optimizer = _optimizer(hparams.optimizer, hparams.learning_rate, params)
+    linear_optimizer = _optimizer(
+        hparams.linear_optimizer, hparams.linear_learning_rate or hparams.learning_rate, params
     )
 
     def train_op_fn(loss: tf.Tensor) -> tf.Operation:
