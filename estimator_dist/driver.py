@@ -27,12 +27,12 @@ from typing import Iterator, List, Optional, Tuple, Union
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist import export, records
+from estimator_dist import console, export, records
 from estimator_dist.base import tf_patches
 from estimator_dist.base.cluster import EVALUATOR, ClusterConfig
 from estimator_dist.base.errors import DataError, Error, UsageError
 from estimator_dist.diagnose import explain_training_error, explain_user_error, refused_writes
-from estimator_dist.guards import enter_task, start_preemption, start_watchdog
+from estimator_dist.guards import enter_task, progress_hook, start_preemption, start_watchdog
 from estimator_dist.job import JobConfig, check_micro_batches
 from estimator_dist.preemption import Preemption
 from estimator_dist.preflight import (
@@ -106,12 +106,18 @@ def _strategies(job: JobConfig, cluster: ClusterConfig) -> Tuple[Strategies, int
     strategies = make_strategies(job.strategy, job.eval_strategy, cluster)
     train = strategies.train_distribute
     num_replicas = train.num_replicas_in_sync if train and cluster.task_type != EVALUATOR else 1
-    check_batch(job.batch_size, job.micro_batches, num_replicas, cluster.num_workers)
+    check_batch(job.batch_size, job.micro_batches, num_replicas, f"{cluster.num_workers} worker(s)")
     return strategies, num_replicas
 
 
-def check_batch(batch_size: int, micro_batches: int, num_replicas: int, num_workers: int) -> None:
+def check_batch(batch_size: int, micro_batches: int, num_replicas: int, workers: str) -> None:
     """Refuses a global batch that does not divide over the replicas and micro-batches.
+
+    Args:
+      batch_size: The global batch (`--batch_size`).
+      micro_batches: Micro-batches per replica and step.
+      num_replicas: Training replicas of the job.
+      workers: Where the replicas come from, for the message (e.g. `2 worker(s)`).
 
     Raises:
       UsageError: naming the nearest batch sizes that divide.
@@ -120,7 +126,7 @@ def check_batch(batch_size: int, micro_batches: int, num_replicas: int, num_work
         lower = max(num_replicas, batch_size - batch_size % num_replicas)
         raise UsageError(
             f"--batch_size={batch_size} is the global batch and must divide evenly "
-            f"over the {num_replicas} replicas ({num_workers} worker(s)); use a "
+            f"over the {num_replicas} replicas ({workers}); use a "
             f"multiple of {num_replicas}, such as {lower} or {lower + num_replicas}."
         )
     check_micro_batches(batch_size, micro_batches, num_replicas)
@@ -130,6 +136,7 @@ def _start_preemption(job: JobConfig, cluster: ClusterConfig) -> Preemption:
     """Creates model_dir, where preemption requests go, and catches the signals."""
     with refused_writes(job.run.model_dir):
         tf.io.gfile.makedirs(job.run.model_dir)
+        console.keep_log(job.run.model_dir, cluster.role)
         return start_preemption(
             cluster, job.run.model_dir, job.preemption_checkpoint, job.preemption_grace_secs
         )
@@ -201,6 +208,15 @@ def _specs(
 ) -> Tuple[tf.estimator.TrainSpec, tf.estimator.EvalSpec]:
     """The TrainSpec and EvalSpec, with this task's hooks and the exporters."""
     hooks: List[tf.estimator.SessionRunHook] = [startup.hook(), *preemption.hooks()]
+    hooks.append(
+        progress_hook(
+            job.train_steps,
+            job.batch_size,
+            job.run.log_step_count_steps,
+            job.gradient_accumulation_steps,
+            cluster.num_workers if job.strategy.name == "parameter_server" else 0,
+        )
+    )
     eval_hooks = [] if watchdog is None else [watchdog.eval_hook()]
     if isinstance(watchdog, Watchdog):
         hooks.append(watchdog.hook())

@@ -49,11 +49,18 @@ class Program:
       module: The module run with `python -m`, such as `estimator_dist.train`.
       usage: Command lines showing where its flags go, one per line.
       note: A sentence or two on flags it takes beyond its own; may be empty.
+      flags_module: The module that defines its own flags, when not `module`.
     """
 
     module: str
     usage: str
     note: str = ""
+    flags_module: str = ""
+
+    @property
+    def defined_in(self) -> str:
+        """The module whose flags are this program's own."""
+        return self.flags_module or self.module
 
 
 PROGRAMS: Tuple[Program, ...] = (
@@ -61,6 +68,7 @@ PROGRAMS: Tuple[Program, ...] = (
         "estimator_dist.train",
         "python -m estimator_dist.train [flags]",
         "The same command runs on every task; `TF_CONFIG` gives each its role.",
+        "estimator_dist.train_flags",
     ),
     Program(
         "estimator_dist.launch",
@@ -74,6 +82,7 @@ PROGRAMS: Tuple[Program, ...] = (
         "estimator_dist.script",
         "python -m estimator_dist.script [flags] train.py [the script's arguments]",
         "The flags go before the script's path; everything after it is the script's own.",
+        "estimator_dist.script_config",
     ),
     Program(
         "estimator_dist.check",
@@ -142,21 +151,21 @@ def render_program(program: Program, read: Mapping[str, Any]) -> List[str]:
     Returns:
       The section's lines.
     """
-    own = read["flags"].get(program.module, [])
+    own = read["flags"].get(program.defined_in, [])
     lines = [f"## {program.module}", "", read["summary"], "", "```sh", program.usage, "```", ""]
     if program.note:
         lines.extend([program.note, ""])
     lines.extend(_table(own))
-    programs = {other.module for other in PROGRAMS}
+    programs = {other.defined_in: other.module for other in PROGRAMS}
     for module, described in read["flags"].items():
-        if module == program.module:
+        if module == program.defined_in:
             continue
         lines.append("")
         if module in programs:
             names = ", ".join(f"`{_flag_name(flag)}`" for flag in described)
+            owner = programs[module]
             lines.append(
-                f"It also defines the flags of [{module}](#{_anchor(module)}), listed there: "
-                f"{names}."
+                f"It also defines the flags of [{owner}](#{_anchor(owner)}), listed there: {names}."
             )
         else:
             lines.extend([f"It also defines these flags of `{module}`:", ""])
@@ -217,8 +226,8 @@ def read_programs(modules: Sequence[str]) -> Dict[str, Dict[str, Any]]:
 def describe_program(module_name: str) -> Dict[str, Any]:
     """Imports a program's module in this process and describes its flags.
 
-    A module with a `define_flags(flag_values)` function of its own defines
-    its flags on a fresh `flags.FlagValues`; any other module is expected to
+    A module with a `define_flags(flag_values)` function (its own, or its
+    flags module's) defines its flags on a fresh `flags.FlagValues`; any other module is expected to
     have defined them on `flags.FLAGS` when imported. Call it in a process of
     its own (`read_programs` does): it may define flags on `flags.FLAGS`.
 
@@ -231,7 +240,7 @@ def describe_program(module_name: str) -> Dict[str, Any]:
     """
     module = importlib.import_module(module_name)
     define = getattr(module, "define_flags", None)
-    if callable(define) and getattr(define, "__module__", None) == module_name:
+    if callable(define) and getattr(define, "__module__", "").split(".")[0] in PROJECT_PACKAGES:
         flag_values = flags.FlagValues()
         define(flag_values)
     else:

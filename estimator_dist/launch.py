@@ -63,7 +63,7 @@ from typing import Optional, Sequence, Tuple
 import portpicker
 from absl import app, flags
 
-from estimator_dist import netns, train_flags
+from estimator_dist import console, netns, train_flags
 from estimator_dist import script_config as script_lib
 from estimator_dist.base import cli, pitfalls
 from estimator_dist.base.cluster import ClusterConfig, make_local_cluster
@@ -124,6 +124,15 @@ _PIN_CORES = flags.DEFINE_boolean(
     "when tasks outnumber cores), so tasks do not fight over cores and TensorFlow sizes each "
     "task's thread pools to its share; the evaluator and ps tasks use every core. Run the "
     "launcher under `taskset -c ...` to give the job fewer cores.",
+)
+_VERBOSE = flags.DEFINE_boolean(
+    "verbose",
+    False,
+    "Echo every line every task prints (TensorFlow's deprecation warnings, C++ start-up lines, "
+    "Estimator's INFO lines) and the launcher's own log. By default the console shows each "
+    "training task's progress line every --log_step_count_steps steps, each evaluation's "
+    "metrics, warnings, failures and the launcher's summary; every task's full output is in "
+    "model_dir/logs/<task>.log either way, the launcher's own in model_dir/logs/launcher.log.",
 )
 
 _SCRIPT = flags.DEFINE_string(
@@ -202,7 +211,8 @@ def _train_plan(train_args: Sequence[str]) -> Plan:
         args.append(f"--model_dir={tempfile.mkdtemp(prefix='estimator_dist-')}")
     job = train_flags.job_from_args(args, known_only=True)
     # One replica per worker here; each task checks again with its own replicas.
-    driver.check_batch(job.batch_size, job.micro_batches, _NUM_WORKERS.value, _NUM_WORKERS.value)
+    workers = f"--num_workers={_NUM_WORKERS.value}"
+    driver.check_batch(job.batch_size, job.micro_batches, _NUM_WORKERS.value, workers)
     checked = preflight.preflight(job, _NUM_WORKERS.value)
     return Plan(
         train_flags.PROGRAM,
@@ -319,6 +329,7 @@ def _stop_on_signal(launcher: Launcher, signalled: _Signalled, model_dir: str) -
 
 def main(argv: Sequence[str]) -> int:
     """Validates the job once, runs the cluster, prints the final metrics."""
+    console.start_launcher(_VERBOSE.value)  # Before TensorFlow is imported.
     from estimator_dist import records
     from estimator_dist.startup import process_started
 
@@ -332,6 +343,7 @@ def main(argv: Sequence[str]) -> int:
         process_started(),
         module=plan.module,
         steps_name=plan.steps_name,
+        verbose=_VERBOSE.value,
     )
     for line in (isolation, *plan.report):
         launcher.say(line)

@@ -26,7 +26,8 @@ from typing import Callable, List, Optional
 
 from estimator_dist.base import exit_codes
 from estimator_dist.base.cluster import ClusterConfig
-from estimator_dist.supervise import Launcher, RestartPolicy
+from estimator_dist.exits import RestartPolicy
+from estimator_dist.supervise import Launcher
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,10 @@
 """Supervise the tasks of a cluster: start them, watch their exits, decide what failed.
 
-`Launcher` starts one process per task, prefixes and logs their output, and
-waits for one attempt to end; `RestartPolicy` decides whether the whole
+`Launcher` starts one process per task, logs their whole output to
+`model_dir/logs/<task>.log`, echoes to the console, with the task as prefix,
+what `console.ConsoleFilter` keeps of it (everything with `verbose`, or from a
+task that does not print `console.PROTOCOL_LINE` first), and waits for one
+attempt to end; `exits.RestartPolicy` decides whether the whole
 cluster is restarted after a failed attempt. Both are independent of where the
 tasks run: `estimator_dist.launch` drives them for a local cluster.
 
@@ -25,12 +28,14 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, Callable, List, Optional, Sequence, Set, Tuple
+from typing import IO, Callable, List, Optional, Sequence, Set
 
+from estimator_dist import console
 from estimator_dist import script_config as script_lib
 from estimator_dist.base import exit_codes
 from estimator_dist.base.cluster import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig
 from estimator_dist.cpus import split_cores
+from estimator_dist.exits import LOST_PEER, Failure, describe_exit, exit_code_of
 
 #: `prctl` option: the signal a process gets when the thread that started it ends.
 _PR_SET_PDEATHSIG = 1
@@ -69,93 +74,6 @@ _FAILURE_LINE = re.compile(
 )
 #: The line a script task prints with the step training ends at.
 _MAX_STEPS_LINE = re.compile(re.escape(script_lib.MAX_STEPS_MARKER) + r"(\d+)")
-#: What `_cause_behind` appends when a lost-peer exit came before its cause.
-_LOST_PEER = " ({reporter} exited first, with code 150, as it lost this peer)"
-#: Parts of a cause that differ between two attempts failing the same way.
-_VOLATILE = (
-    (re.compile(re.escape(_LOST_PEER).replace(r"\{reporter\}", r"\S+")), ""),
-    (re.compile(r"\bpid \d+"), "pid #"),
-    (re.compile(r"(?<=[\w\]]):\d{2,5}\b"), ":#"),
-    (re.compile(r"\b0x[0-9a-fA-F]+\b"), "0x#"),
-    (re.compile(r"\bsteps? \d+"), "step #"),
-    (re.compile(r"\b\d+(?:\.\d+)?(?= ?(?:ms|s|sec|secs|seconds|minutes)\b)"), "#"),
-    (re.compile(r"\b\d+\.\d+\b"), "#"),
-)
-
-
-@dataclasses.dataclass(frozen=True)
-class Failure:
-    """Why an attempt ended early.
-
-    Attributes:
-      cause: One line naming the task and what happened.
-      exit_code: The code the launcher exits with if it gives up.
-    """
-
-    cause: str
-    exit_code: int
-
-    @property
-    def retryable(self) -> bool:
-        """Whether a restart of the whole cluster may succeed."""
-        return exit_codes.is_retryable(self.exit_code)
-
-
-def normalise_cause(cause: str) -> str:
-    """The cause without what differs between two attempts that fail the same way.
-
-    Pids, ports, durations, step numbers (the checkpoint step is compared on
-    its own) and which task reported a lost peer first are replaced.
-
-    >>> normalise_cause("chief exited with code 150 (PEER_FAILURE): AbortedError at "
-    ...                 "global step 57 after 12.3 s (peer localhost:41234, pid 812)")[43:]
-    'AbortedError at global step # after # s (peer localhost:#, pid #)'
-    """
-    for pattern, replacement in _VOLATILE:
-        cause = pattern.sub(replacement, cause)
-    return cause
-
-
-class RestartPolicy:
-    """Decides after each failed attempt whether the whole cluster is restarted.
-
-    Args:
-      max_restarts: Restarts allowed in all.
-
-    >>> policy = RestartPolicy(max_restarts=3)
-    >>> lost = Failure("worker-0 exited with code 150 (PEER_FAILURE)", 150)
-    >>> policy.give_up(lost, step=100) is None
-    True
-    >>> print(policy.give_up(lost, step=100))  # doctest: +NORMALIZE_WHITESPACE
-    the same failure (worker-0 exited with code 150 (PEER_FAILURE)) at checkpoint step 100 twice:
-    not retrying
-    """
-
-    def __init__(self, max_restarts: int) -> None:
-        self._max_restarts = max_restarts
-        self._attempts = 0
-        self._seen: Set[Tuple[str, int]] = set()
-
-    def give_up(self, failure: Failure, step: int) -> Optional[str]:
-        """Records a failed attempt; returns why not to restart, or None to restart.
-
-        Args:
-          failure: Why the attempt ended.
-          step: The latest checkpoint's step once every task stopped.
-        """
-        self._attempts += 1
-        key = (normalise_cause(failure.cause), step)
-        repeated = key in self._seen
-        self._seen.add(key)
-        if not failure.retryable:
-            return "not retryable"
-        if repeated:
-            return (
-                f"the same failure ({failure.cause}) at checkpoint step {step} twice: not retrying"
-            )
-        if self._attempts > self._max_restarts:
-            return "no restarts left"
-        return None
 
 
 @dataclasses.dataclass
@@ -178,25 +96,6 @@ class Task:
         return config.task_type if config.task_type in (CHIEF, EVALUATOR) else config.role
 
 
-def describe_exit(code: int) -> str:
-    """Returns a readable cause for a process return code."""
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    names = {
-        value: name
-        for name, value in vars(exit_codes).items()
-        if name.isupper() and isinstance(value, int)
-    }
-    return f"exited with code {code}" + (f" ({names[code]})" if code in names else "")
-
-
-def _exit_code_of(code: int) -> int:
-    return 128 - code if code < 0 else code
-
-
 class Launcher:
     """Starts the tasks of a local cluster and supervises one attempt at a time.
 
@@ -214,6 +113,7 @@ class Launcher:
       module: What each task runs: `estimator_dist.train`, or
         `estimator_dist.script` for a legacy script.
       steps_name: How messages name the setting of the last step.
+      verbose: Echo every line of every task, not only what a person needs.
     """
 
     def __init__(
@@ -226,8 +126,10 @@ class Launcher:
         out: IO[str] = sys.stdout,
         module: str = TRAIN_MODULE,
         steps_name: str = "--train_steps",
+        verbose: bool = False,
     ) -> None:
         self._module = module
+        self._verbose = verbose
         self._steps_name = steps_name
         #: The last step a script task printed, for jobs that do not name it.
         self.reported_steps: Optional[int] = None
@@ -265,6 +167,7 @@ class Launcher:
         finished), and does not compete for cores while the cluster starts.
         """
         os.makedirs(os.path.join(self._model_dir, "logs"), exist_ok=True)
+        console.keep_log(self._model_dir, "launcher")
         self._attempt = attempt
         self._exits = queue.Queue()
         self._stopping = False
@@ -293,7 +196,12 @@ class Launcher:
         cores = self._cores.get(config.role)
         task.process = subprocess.Popen(
             [sys.executable, "-m", self._module, *self._train_args],
-            env=dict(os.environ, TF_CONFIG=config.to_json(), PYTHONUNBUFFERED="1"),
+            env=dict(
+                os.environ,
+                TF_CONFIG=config.to_json(),
+                PYTHONUNBUFFERED="1",
+                **{console.SUPERVISED_ENV: "1"},
+            ),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -308,12 +216,17 @@ class Launcher:
 
     def _pump(self, task: Task, exits: queue.Queue) -> None:
         prefix = f"[{task.name}] "
+        shown: Optional[console.ConsoleFilter] = None
         try:
             for line in task.process.stdout:
                 self._log(task, line)
-                with self._print_lock:
-                    self._out.write(prefix + line)
-                    self._out.flush()
+                if line.rstrip("\n") == console.PROTOCOL_LINE and not self._verbose:
+                    shown = console.ConsoleFilter()
+                echoed = line.rstrip("\n") if shown is None else shown(line)
+                if echoed is not None and echoed != console.PROTOCOL_LINE:
+                    with self._print_lock:
+                        self._out.write(f"{prefix}{echoed}\n")
+                        self._out.flush()
                 failed = _FAILURE_LINE.search(line)
                 if failed:
                     task.detail = failed.group(1).strip()
@@ -440,7 +353,7 @@ class Launcher:
         """The failure one task's exit means, or None if it finished its part."""
         if code != 0:
             detail = f": {task.detail.rstrip('.')}" if task.detail else ""
-            return Failure(f"{task.name} {describe_exit(code)}{detail}", _exit_code_of(code))
+            return Failure(f"{task.name} {describe_exit(code)}{detail}", exit_code_of(code))
         if task.config.task_type == PS:
             return Failure(f"{task.name} exited before training ended", exit_codes.STALLED)
         if task.config.task_type not in (CHIEF, WORKER):
@@ -482,7 +395,7 @@ class Launcher:
             failure = self._failure_of(task, code, train_steps)
             if failure is not None and code != exit_codes.PEER_FAILURE:
                 return Failure(
-                    failure.cause + _LOST_PEER.format(reporter=reporter.name), failure.exit_code
+                    failure.cause + LOST_PEER.format(reporter=reporter.name), failure.exit_code
                 )
 
     def stop(self, grace_secs: float) -> None:

@@ -19,6 +19,7 @@ from typing import Sequence
 
 from absl import app, flags
 
+from estimator_dist import console
 from estimator_dist.base.cli import make_flags_parser, usage_exit
 from estimator_dist.cpus import configure_onednn
 from estimator_dist.train_flags import PROGRAM, define_flags, job_from_flags
@@ -26,6 +27,7 @@ from estimator_dist.train_flags import PROGRAM, define_flags, job_from_flags
 
 def main(argv: Sequence[str]) -> int:
     """Entry point: flags and TF_CONFIG in, one library call, metrics out."""
+    console.start_task(flags.FLAGS.verbose)  # Before TensorFlow is imported.
     if len(argv) > 1:
         usage_exit(
             PROGRAM, f"unexpected positional arguments {list(argv[1:])}; every setting is a --flag."

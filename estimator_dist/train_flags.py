@@ -256,6 +256,16 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         lower_bound=1,
         flag_values=f,
     )
+    flags.DEFINE_boolean(
+        "verbose",
+        False,
+        "Print everything TensorFlow and absl log on the console too (deprecation warnings, "
+        "start-up lines, Estimator's INFO lines). By default a single process shows a progress "
+        "line every --log_step_count_steps steps, warnings, errors and the metrics, and writes "
+        "the full log to model_dir/logs/<task>.log; under the launcher, pass --verbose to the "
+        "launcher; a task of a cluster platform (TF_CONFIG set) prints everything anyway.",
+        flag_values=f,
+    )
     flags.DEFINE_integer(
         "intra_op_threads",
         0,

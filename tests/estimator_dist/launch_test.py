@@ -14,15 +14,9 @@ import tensorflow as tf
 from estimator_dist.base import exit_codes
 from estimator_dist.base.cluster import make_local_cluster
 from estimator_dist.cpus import split_cores
+from estimator_dist.exits import Failure, RestartPolicy, describe_exit, normalise_cause
 from estimator_dist.launch import model_dir_of
-from estimator_dist.supervise import (
-    Failure,
-    Launcher,
-    RestartPolicy,
-    Task,
-    describe_exit,
-    normalise_cause,
-)
+from estimator_dist.supervise import Launcher, Task
 from run_config.strategies import NCCL_WITHOUT_GPU_MESSAGE
 from tests.procs import Background, run_module
 

@@ -7,6 +7,9 @@ a thread joined with a bound, so a wrong wait fails instead of hanging.
 """
 
 import io
+import queue
+import subprocess
+import sys
 import threading
 import time
 
@@ -14,7 +17,9 @@ import pytest
 
 from estimator_dist.base import exit_codes
 from estimator_dist.base.cluster import make_local_cluster
-from estimator_dist.supervise import Failure, Launcher, Task, _exit_code_of, describe_exit
+from estimator_dist.console import PROTOCOL_LINE
+from estimator_dist.exits import Failure, describe_exit, exit_code_of
+from estimator_dist.supervise import Launcher, Task
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -157,7 +162,7 @@ def test_a_lost_peer_exit_names_the_task_that_left_first(tmp_path, code, cause):
     failure = job.supervise(root_cause_secs=FAR)
     assert failure.cause.startswith(cause), failure.cause
     assert "(chief exited first, with code 150, as it lost this peer)" in failure.cause
-    assert failure.exit_code == (_exit_code_of(code) if code else exit_codes.INPUT_EXHAUSTED)
+    assert failure.exit_code == (exit_code_of(code) if code else exit_codes.INPUT_EXHAUSTED)
 
 
 def test_a_lost_peer_exit_waits_for_its_cause_only_so_long(tmp_path):
@@ -329,8 +334,8 @@ def test_describe_exit(code, description):
 
 
 @pytest.mark.parametrize("code, expected", [(-9, 137), (-15, 143), (-2, 130), (0, 0), (150, 150)])
-def test_exit_code_of(code, expected):
-    assert _exit_code_of(code) == expected
+def testexit_code_of(code, expected):
+    assert exit_code_of(code) == expected
 
 
 def test_task_names():
@@ -357,3 +362,66 @@ def test_supervise_reports_a_task_killed_by_a_real_time_signal(tmp_path):
     assert failure.cause.startswith("worker-0 was killed by")
     assert failure.exit_code == 168
     assert failure.retryable
+
+
+# --- what the console shows of a task's output -----------------------------------------
+
+#: A task's output: TensorFlow's noise, the lines meant for people, its failure.
+TASK_LINES = [
+    "2026-11-24 02:17:55.123395: E external/cuda_dnn.cc:9261] Unable to register cuDNN factory",
+    "W1124 02:17:59.867113 1404 deprecation.py:50] From x.py:3: Estimator is deprecated",
+    "W1124 02:17:59.867113 1404 deprecation.py:50] Instructions for updating:",
+    "I1124 02:18:03.626438 1404 estimator_dist/watchdog.py:226] estimator_dist: task chief-0 "
+    "ran its first step (global step 0).",
+    "I1124 02:18:03.626610 1404 basic_session_run_hooks.py:265] loss = 2.3114226, step = 0",
+    "I1124 02:18:06.459632 1404 estimator_dist/guards.py:228] [ 50%] loss = 0.2320, "
+    "step = 200/400, 6,830 examples/s, ~2 s left",
+    "E1124 02:18:07.000000 1404 estimator_dist/watchdog.py:84] estimator_dist: task chief-0 "
+    "failed (exit 152): the global step stayed at 200",
+    "estimator_dist: task chief-0 failed (exit 152): the global step stayed at 200",
+]
+
+
+def pump(tmp_path, lines, verbose=False):
+    """Runs a real process printing `lines` through the launcher's pump.
+
+    Returns:
+      What the console shows of the task, and the task's log.
+    """
+    out = io.StringIO()
+    launcher = Launcher([], str(tmp_path), lambda: 0, out=out, verbose=verbose)
+    config = make_local_cluster(1, [20001]).tasks[0]
+    script = "import sys\nfor line in sys.argv[1:]:\n    print(line)\n"
+    process = subprocess.Popen(
+        [sys.executable, "-c", script, *lines], stdout=subprocess.PIPE, text=True
+    )
+    task = Task(config, process, open(tmp_path / "chief-0.log", "w"))
+    exits = queue.Queue()
+    launcher._pump(task, exits)
+    events = [exits.get_nowait() for _ in range(exits.qsize())]
+    assert events[-1] == (task, 0)  # After the evaluator's release at the first step.
+    assert task.detail == "the global step stayed at 200"
+    assert launcher.last_step_seen == 200
+    echoed = [line for line in out.getvalue().splitlines(True) if line.startswith("[chief] ")]
+    return "".join(echoed), (tmp_path / "chief-0.log").read_text()
+
+
+def test_a_task_that_says_so_shows_only_what_people_need_and_logs_everything(tmp_path):
+    shown, log = pump(tmp_path, [PROTOCOL_LINE, *TASK_LINES])
+    assert shown == (
+        "[chief] estimator_dist: task chief-0 ran its first step (global step 0).\n"
+        "[chief] [ 50%] loss = 0.2320, step = 200/400, 6,830 examples/s, ~2 s left\n"
+        "[chief] estimator_dist: task chief-0 failed (exit 152): the global step stayed at 200\n"
+    )
+    assert log == "\n".join([PROTOCOL_LINE, *TASK_LINES]) + "\n"
+
+
+def test_verbose_shows_every_line(tmp_path):
+    shown, log = pump(tmp_path, [PROTOCOL_LINE, *TASK_LINES], verbose=True)
+    assert shown == "".join(f"[chief] {line}\n" for line in TASK_LINES)
+    assert log == "\n".join([PROTOCOL_LINE, *TASK_LINES]) + "\n"
+
+
+def test_a_task_that_does_not_say_so_shows_every_line(tmp_path):
+    shown, _ = pump(tmp_path, TASK_LINES)
+    assert shown == "".join(f"[chief] {line}\n" for line in TASK_LINES)
