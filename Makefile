@@ -1,6 +1,7 @@
 # The two commands of README.md. Each creates .venv with pinned packages on first use.
 #   make demo   2 workers + an evaluator on the embedded digits dataset, prints the metrics
 #   make test   the test suite (what .ci/run runs)
+# While working: make test-fast, every test that starts no process (under 3 minutes on 2 cores).
 # And the benchmark suite (not part of the tests; about 1.7 hours on 2 cores):
 #   make bench  writes docs/benchmarks/ (BENCH_ARGS=--quick for a short check)
 
@@ -12,7 +13,7 @@ DATA_DIR := .data/tfds
 HOROVOD_VENV := .venv-horovod
 BENCH_ARGS ?=
 
-.PHONY: demo test lint format bench bench-horovod
+.PHONY: demo test test-fast lint format bench bench-horovod
 
 $(STAMP): setup.py requirements/constraints.txt
 	@test -n "$(PYTHON)" || { echo "error: Python 3.9, 3.10 or 3.11 is needed (TensorFlow 2.15 supports no other); install one, or run: make PYTHON=/path/to/python3.11 ..." >&2; exit 1; }
@@ -27,6 +28,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest
+
+# Leaves out the tests marked multiprocess or slow (see pytest.ini): workers, launchers,
+# clusters, and single-process tests that take seconds.
+test-fast: $(STAMP)
+	$(VENV)/bin/python -m pytest -m "not multiprocess and not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -3,6 +3,13 @@
   python -m benchmarks                      # everything, 3 rounds (about 1.7 hours on 2 cores)
   python -m benchmarks --quick --rounds=1   # a shorter check of the suite (about 15 minutes)
   python -m benchmarks --sections=collectives,startup
+  python -m benchmarks --sections=overhead --output=/tmp/overhead   # package / hand-written alone
+
+The *overhead* section (the package against hand-written Estimator code, 2
+workers x 64) runs at least 5 interleaved rounds (`--rounds` with `--quick`),
+and logs each ratio's median, range and per-round values as it ends (about
+15 minutes). A run of some sections writes a report of those alone: give it
+its own `--output` to keep the full suite's.
 
 `make bench` builds the environment (and Horovod, if it can) and runs the
 first form. Nothing else should run on the machine meanwhile: the suite
@@ -67,6 +74,12 @@ def main(argv: Sequence[str]) -> None:
     results = run_suite(settings, on_section=lambda partial: save(partial, path))
     save(results, path)
     print(write_report(results, _OUTPUT.value))
+    for section in ("overhead", "alternatives"):
+        for c in results.get(section, {}).get("comparisons", []):
+            print(
+                f"{c['name']}, 2 workers x {c['per_worker_batch']}: median {c['median']:.3f} "
+                f"({c['min']:.3f}-{c['max']:.3f}) over {len(c['samples'])} rounds"
+            )
 
 
 if __name__ == "__main__":

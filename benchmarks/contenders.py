@@ -35,7 +35,7 @@ import os
 import tempfile
 from typing import Dict, List, Sequence, Tuple
 
-from benchmarks import common
+from benchmarks import NEVER_STEPS, common
 from estimator_dist.cpus import allowed_cores, split_cores
 
 CONTENDERS = ("package", "handwritten", "keras", "horovod", "independent")
@@ -156,8 +156,8 @@ def _package_args(config: Config, model_dir: str, steps: int, warmup: int) -> Li
         f"--batch_size={config.global_batch}",
         f"--train_steps={steps}",
         f"--log_step_count_steps={_log_steps(steps, warmup)}",
-        "--save_checkpoints_steps=1000000",
-        "--save_summary_steps=1000000",
+        f"--save_checkpoints_steps={NEVER_STEPS}",
+        f"--save_summary_steps={NEVER_STEPS}",
         "--export=",
         "--eval_steps=1",
         f"--communication={config.communication}",

@@ -19,6 +19,8 @@ import tensorflow as tf
 from absl import app, flags
 from google.protobuf import text_format
 
+from benchmarks import NEVER_STEPS
+
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "Checkpoints and events.", required=True)
 _MODEL = flags.DEFINE_enum("model", "mnist_cnn", ["mnist_cnn", "resnet_cifar"], "Model.")
 _BATCH = flags.DEFINE_integer("per_worker_batch", 64, "Examples per worker per step.")
@@ -67,12 +69,14 @@ def main(argv: Sequence[str]) -> None:
         model_dir=_MODEL_DIR.value,
         train_distribute=strategy,
         session_config=text_format.Parse(_SESSION.value, tf.compat.v1.ConfigProto()),
-        save_checkpoints_steps=10**9,
-        save_summary_steps=10**9,
+        save_checkpoints_steps=NEVER_STEPS,
+        save_summary_steps=NEVER_STEPS,
         log_step_count_steps=_LOG_STEPS.value,
         tf_random_seed=0,
     )
-    params = {"batch_size": _BATCH.value * strategy.num_replicas_in_sync}
+    # resnet_cifar scales its learning rate by the global batch; mnist_cnn takes no batch size.
+    global_batch = _BATCH.value * strategy.num_replicas_in_sync
+    params = {"batch_size": global_batch} if _MODEL.value == "resnet_cifar" else {}
     estimator = tf.estimator.Estimator(model_fn, config=config, params=params)
     tf.estimator.train_and_evaluate(
         estimator,

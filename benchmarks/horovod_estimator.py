@@ -33,6 +33,7 @@ from typing import Any, Dict, Sequence
 import tensorflow as tf
 from absl import app, flags
 
+from benchmarks import NEVER_STEPS
 from estimator_dist.cpus import onednn_enabled
 from model_fns.mnist_cnn import CnnParams, build_layers, make_optimizer
 from model_fns.resnet_cifar_network import ResnetCifar
@@ -135,8 +136,8 @@ def main(argv: Sequence[str]) -> None:
             session_config=tf.compat.v1.ConfigProto(
                 intra_op_parallelism_threads=1, inter_op_parallelism_threads=1
             ),
-            save_checkpoints_steps=10**9,
-            save_summary_steps=10**9,
+            save_checkpoints_steps=NEVER_STEPS,
+            save_summary_steps=NEVER_STEPS,
             log_step_count_steps=_LOG_STEPS.value,
             tf_random_seed=0,
         )

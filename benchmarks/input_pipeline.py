@@ -40,6 +40,8 @@ from typing import List, Sequence
 import tensorflow as tf
 from absl import app, flags
 
+from benchmarks import NEVER_STEPS
+
 SHAPES = {"mnist": (28, 28, 1), "cifar": (32, 32, 3)}
 WARMUP_STEPS = 20
 
@@ -116,8 +118,8 @@ def measure_training(model: str, input_name: str, params: dict, seconds: float) 
         config = tf.estimator.RunConfig(
             model_dir=model_dir,
             session_config=session,
-            save_checkpoints_steps=10**9,
-            save_summary_steps=10**9,
+            save_checkpoints_steps=NEVER_STEPS,
+            save_summary_steps=NEVER_STEPS,
             log_step_count_steps=10**9,
         )
         estimator = tf.estimator.Estimator(

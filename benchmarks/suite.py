@@ -11,8 +11,12 @@ reported. Rounds repeat the whole set; each run is a fresh set of processes.
 
 Sections:
 
-* `alternatives`: the package against hand-written Estimator code, Keras
-  `model.fit` and Horovod (Gloo), same model, data and batch, 2 workers;
+* `overhead`: the package's own cost per step: against hand-written
+  Estimator code, and against itself with the preemption watch off, 2
+  workers x 64, at least `OVERHEAD_ROUNDS` rounds (its margin is 2%);
+* `alternatives`: the package against Keras `model.fit` and Horovod (Gloo)
+  at 64 per worker, and against hand-written Estimator code and Horovod at
+  256, same model and data, 2 workers;
 * `scaling`: 1, 2 and 3 workers, weak (fixed batch per worker) and strong
   (fixed global batch), `mnist_cnn` and `resnet_cifar`, RING and AUTO;
 * `options`: each performance option's 2-worker efficiency and speed, next
@@ -28,20 +32,21 @@ import dataclasses
 import json
 import os
 import platform
-import random
-import re
-import subprocess
 import sys
-import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from absl import logging
 
-from benchmarks import allreduce, common, input_pipeline
+from benchmarks import allreduce, common, input_pipeline, startup_section
 from benchmarks.contenders import MODELS, Config, measure, one_core_each
+from benchmarks.groups import ratio, run_groups, run_record, summary
+from benchmarks.options_table import OPTIONS, QUICK_OPTIONS
 
-SECTIONS = ("alternatives", "scaling", "options", "collectives", "startup", "input")
+SECTIONS = ("overhead", "alternatives", "scaling", "options", "collectives", "startup", "input")
+#: Rounds of the overhead section at least (fewer with --quick): its target leaves a 2% margin,
+#: within the spread of a ratio of two runs on this machine.
+OVERHEAD_ROUNDS = 5
 #: Target ratios of issue 6.
 TARGETS = {
     "package / handwritten": 0.98,
@@ -53,77 +58,8 @@ TARGETS = {
 }
 #: The package with its SIGTERM watch turned off, for the cost of watching.
 PREEMPTION_OFF = (("preemption_checkpoint", "false"),)
-#: Two separate one-worker jobs at once: what the cores give with no synchronisation.
-HARDWARE_LIMIT = "hardware limit"
-#: 8 x 64 examples per worker in one step: what fewer synchronisations per example give.
-LARGER_BATCH = "per_worker_batch=512"
-#: 8 micro-batches of 64 per worker within one step: accumulation without per-slice steps.
-MICRO_BATCHES_8 = "micro_batches=8 (8 x 64 per step)"
-#: Rows of the options section that are references, not options at 64 per worker.
-REFERENCES = (HARDWARE_LIMIT, LARGER_BATCH)
-#: Options measured for 2-worker efficiency, with what each changes in the update.
-OPTIONS: Dict[str, Tuple[Tuple[Tuple[str, str], ...], Dict[str, Any], str]] = {
-    "defaults": ((), {}, "plain synchronous SGD: one all-reduce of all gradients per step"),
-    "bytes_per_pack=64KiB": (
-        (("bytes_per_pack", "65536"),),
-        {},
-        "none: gradients all-reduced in packs that may start during the backward pass",
-    ),
-    "inter_op_threads=2": (
-        (("inter_op_threads", "2"),),
-        {},
-        "none: a second thread runs collectives beside the backward pass",
-    ),
-    "gradient_wire_dtype=bfloat16": (
-        (("gradient_wire_dtype", "bfloat16"),),
-        {},
-        "gradients rounded to bfloat16 (8 significant bits) and summed in it",
-    ),
-    "gradient_accumulation_steps=8": (
-        (("gradient_accumulation_steps", "8"),),
-        {},
-        "one update per 8 micro-batches: effective global batch x8",
-    ),
-    "bfloat16 + accumulation 4": (
-        (("gradient_wire_dtype", "bfloat16"), ("gradient_accumulation_steps", "4")),
-        {},
-        "both of the above",
-    ),
-    MICRO_BATCHES_8: (
-        (("micro_batches", "8"),),
-        {"per_worker_batch": 512, "steps_factor": 0.25},
-        "one update per 8 micro-batches of 64, run one after another within one step: "
-        "effective global batch x8",
-    ),
-    "bfloat16 + micro_batches 8": (
-        (("gradient_wire_dtype", "bfloat16"), ("micro_batches", "8")),
-        {"per_worker_batch": 512, "steps_factor": 0.25},
-        "gradients rounded to bfloat16, 8 micro-batches of 64 per step: effective global batch x8",
-    ),
-    "onednn off": ((), {"onednn": False}, "none (Eigen kernels: slower compute)"),
-    "not pinned": ((), {"pin": False}, "none (workers float over all cores)"),
-    LARGER_BATCH: (
-        (),
-        {"per_worker_batch": 512, "steps_factor": 0.25},
-        "reference: global batch x8 in one step (one loss and one gradient all-reduce per 512 "
-        "examples per worker, where accumulation 8 keeps a loss all-reduce per 64)",
-    ),
-    HARDWARE_LIMIT: (
-        (),
-        {"contender": "independent"},
-        "no update is shared: 2 separate 1-worker jobs at once, one per core",
-    ),
-}
 #: Keras at its fastest: 20 steps per tf.function call (the tutorial leaves 1).
 KERAS_FASTEST = (("steps_per_execution", "20"),)
-QUICK_OPTIONS = (
-    "defaults",
-    "gradient_wire_dtype=bfloat16",
-    "gradient_accumulation_steps=8",
-    MICRO_BATCHES_8,
-    LARGER_BATCH,
-    HARDWARE_LIMIT,
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,78 +105,8 @@ class Settings:
             )
 
 
-def _summary(samples: Sequence[float]) -> Dict[str, Any]:
-    return {"samples": list(samples), **common.summarize(samples)}
-
-
-def run_groups(
-    groups: Sequence[Sequence[Config]],
-    settings: Settings,
-    measure_fn: Callable[[Config], float],
-) -> List[Dict[Config, List[float]]]:
-    """Measures every config of every group once per round; groups and members shuffled.
-
-    A config in two groups is measured in each, so that each group's ratios
-    pair runs that ran back to back.
-
-    Returns:
-      Per group, each config's samples, one per round, in round order.
-    """
-    rng = random.Random(settings.seed)
-    samples: List[Dict[Config, List[float]]] = [{} for _ in groups]
-    for round_index in range(settings.rounds):
-        order = list(range(len(groups)))
-        rng.shuffle(order)
-        for index in order:
-            members = list(groups[index])
-            rng.shuffle(members)
-            for config in members:
-                started = time.monotonic()
-                value = measure_fn(config)
-                samples[index].setdefault(config, []).append(value)
-                logging.info(
-                    "round %d: %s: %.0f examples/s (%.0f s, load %.2f)",
-                    round_index,
-                    config.label(),
-                    value,
-                    time.monotonic() - started,
-                    common.load_average(),
-                )
-    return samples
-
-
-def _ratio(
-    samples: Dict[Config, List[float]], top: Config, bottom: Config, scale: float = 1.0
-) -> dict:
-    ratios = [r / scale for r in common.paired_ratios(samples[top], samples[bottom])]
-    return {"numerator": top.label(), "denominator": bottom.label(), **_summary(ratios)}
-
-
-def _run_record(samples: Sequence[Dict[Config, List[float]]]) -> List[dict]:
-    return [
-        {"label": c.label(), "config": dataclasses.asdict(c), **_summary(v)}
-        for group in samples
-        for c, v in group.items()
-    ]
-
-
-def alternatives(settings: Settings, measure_fn: Callable[[Config], float]) -> dict:
-    """The package against hand-written Estimator, Keras fit and Horovod, 2 workers."""
-    batches = (64,) if settings.quick else (64, 256)
-    groups = []
-    for batch in batches:
-        rivals = [Config("handwritten", workers=2, per_worker_batch=batch)]
-        if batch == 64:
-            rivals += [
-                Config("keras", workers=2, per_worker_batch=batch),
-                Config("keras", workers=2, per_worker_batch=batch, flags=KERAS_FASTEST),
-            ]
-        if batch == 64:
-            rivals.append(Config(workers=2, per_worker_batch=batch, flags=PREEMPTION_OFF))
-        if settings.horovod_python:
-            rivals.append(Config("horovod", workers=2, per_worker_batch=batch))
-        groups.append([Config("package", workers=2, per_worker_batch=batch), *rivals])
-    samples = run_groups(groups, settings, measure_fn)
+def _comparisons(groups: Sequence[Sequence[Config]], samples: Sequence[dict]) -> List[dict]:
+    """The first config of each group (the package) against each other one, per round."""
     comparisons = []
     for group, measured in zip(groups, samples):
         package = group[0]
@@ -251,15 +117,65 @@ def alternatives(settings: Settings, measure_fn: Callable[[Config], float]) -> d
                 variant = " (steps_per_execution=20)" if rival.flags else ""
                 target = f"package / {rival.contender}"
                 name = f"{target}{variant}"
-            comparisons.append(
-                {
-                    "name": name,
-                    "per_worker_batch": package.per_worker_batch,
-                    "target": TARGETS[target],
-                    **_ratio(measured, package, rival),
-                }
+            comparison = {
+                "name": name,
+                "per_worker_batch": package.per_worker_batch,
+                "target": TARGETS[target],
+                **ratio(measured, package, rival),
+            }
+            logging.info(
+                "%s, 2 workers x %d: median %.3f (%.3f-%.3f) over %d rounds, per round %s",
+                name,
+                package.per_worker_batch,
+                comparison["median"],
+                comparison["min"],
+                comparison["max"],
+                len(comparison["samples"]),
+                " ".join(f"{ratio:.3f}" for ratio in comparison["samples"]),
             )
-    return {"runs": _run_record(samples), "comparisons": comparisons}
+            comparisons.append(comparison)
+    return comparisons
+
+
+def overhead(settings: Settings, measure_fn: Callable[[Config], float]) -> dict:
+    """The package against hand-written Estimator code and without its preemption watch.
+
+    2 workers x 64 examples, where a step is shortest and the package's own
+    per-step cost shows most; `OVERHEAD_ROUNDS` rounds at least, unless quick.
+    """
+    rounds = settings.rounds if settings.quick else max(settings.rounds, OVERHEAD_ROUNDS)
+    group = [
+        Config("package", workers=2),
+        Config("handwritten", workers=2),
+        Config(workers=2, flags=PREEMPTION_OFF),
+    ]
+    samples = run_groups([group], dataclasses.replace(settings, rounds=rounds), measure_fn)
+    return {
+        "rounds": rounds,
+        "runs": run_record(samples),
+        "comparisons": _comparisons([group], samples),
+    }
+
+
+def alternatives(settings: Settings, measure_fn: Callable[[Config], float]) -> dict:
+    """The package against Keras fit and Horovod, and hand-written Estimator code at 256."""
+    batches = (64,) if settings.quick else (64, 256)
+    groups = []
+    for batch in batches:
+        rivals = []
+        if batch == 64:
+            rivals += [
+                Config("keras", workers=2, per_worker_batch=batch),
+                Config("keras", workers=2, per_worker_batch=batch, flags=KERAS_FASTEST),
+            ]
+        else:
+            # At 64 per worker, the overhead section compares it, over more rounds.
+            rivals.append(Config("handwritten", workers=2, per_worker_batch=batch))
+        if settings.horovod_python:
+            rivals.append(Config("horovod", workers=2, per_worker_batch=batch))
+        groups.append([Config("package", workers=2, per_worker_batch=batch), *rivals])
+    samples = run_groups(groups, settings, measure_fn)
+    return {"runs": run_record(samples), "comparisons": _comparisons(groups, samples)}
 
 
 def scaling(settings: Settings, measure_fn: Callable[[Config], float]) -> dict:
@@ -297,11 +213,11 @@ def scaling(settings: Settings, measure_fn: Callable[[Config], float]) -> dict:
                 "mode": mode,
                 "workers": [c.workers for c in group],
                 "global_batch": [c.global_batch for c in group],
-                "throughput": [_summary(measured[c]) for c in group],
-                "efficiency": [_ratio(measured, c, one, scale=c.workers) for c in group],
+                "throughput": [summary(measured[c]) for c in group],
+                "efficiency": [ratio(measured, c, one, scale=c.workers) for c in group],
             }
         )
-    return {"runs": _run_record(samples), "curves": curves, "cores": len(os.sched_getaffinity(0))}
+    return {"runs": run_record(samples), "curves": curves, "cores": len(os.sched_getaffinity(0))}
 
 
 def options(settings: Settings, measure_fn: Callable[[Config], float]) -> dict:
@@ -319,14 +235,14 @@ def options(settings: Settings, measure_fn: Callable[[Config], float]) -> dict:
             {
                 "option": name,
                 "update": OPTIONS[name][2],
-                "one_worker": _summary(measured[one]),
-                "two_workers": _summary(measured[two]),
-                "efficiency": _ratio(measured, two, one, scale=2),
+                "one_worker": summary(measured[one]),
+                "two_workers": summary(measured[two]),
+                "efficiency": ratio(measured, two, one, scale=2),
                 "speed_vs_defaults": common.summarize(measured[two])["median"] / defaults,
             }
         )
     return {
-        "runs": _run_record(samples),
+        "runs": run_record(samples),
         "options": rows,
         "target": TARGETS["efficiency, 2 workers"],
     }
@@ -355,7 +271,7 @@ def collectives(settings: Settings) -> dict:
             )
 
     def per_size(rounds: List[Dict[int, float]]) -> List[Dict[str, Any]]:
-        return [_summary([r[size] for r in rounds]) for size in sizes]
+        return [summary([r[size] for r in rounds]) for size in sizes]
 
     return {
         "sizes": list(sizes),
@@ -365,60 +281,9 @@ def collectives(settings: Settings) -> dict:
     }
 
 
-_PHASES = re.compile(r"task (\S+) start-up ([\d.]+) s: (.*)$")
-_FIRST_STEP = re.compile(r"\[launcher\] first training step ([\d.]+) s after the launcher started")
-
-
-def parse_startup(output: str) -> dict:
-    """The launcher's time to the first step, and each task's phases, from its output."""
-    first = _FIRST_STEP.search(output)
-    tasks = {}
-    for line in output.splitlines():
-        match = _PHASES.search(line)
-        if match:
-            phases = dict(part.rsplit(" ", 2)[:2] for part in match.group(3).split(", "))
-            tasks[match.group(1)] = {
-                "total": float(match.group(2)),
-                "phases": {name: float(seconds) for name, seconds in phases.items()},
-            }
-    return {"first_step": float(first.group(1)) if first else None, "tasks": tasks}
-
-
 def startup(settings: Settings) -> dict:
-    """Seconds from the launcher's start to the first training step, 2 workers + evaluator.
-
-    The job is `make demo`'s, with its embedded dataset already written once,
-    as on every run after a user's first.
-    """
-    from input_fns import prepare_input
-
-    runs = []
-    with tempfile.TemporaryDirectory(prefix="bench-startup-data-") as data_dir:
-        prepare_input("digits", {"data_dir": data_dir})
-        for _ in range(settings.rounds):
-            with tempfile.TemporaryDirectory(prefix="bench-startup-") as model_dir:
-                started = time.monotonic()
-                output = subprocess.run(
-                    [
-                        *common.python_module("estimator_dist.launch"),
-                        "--num_workers=2",
-                        "--evaluator",
-                        "--timeout_secs=600",
-                        "--",
-                        f"--model_dir={model_dir}",
-                        f"--data_dir={data_dir}",
-                        "--train_steps=50",
-                        "--communication=RING",
-                    ],
-                    check=True,
-                    capture_output=True,
-                    text=True,
-                    timeout=900,
-                    env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-                ).stdout
-                runs.append({**parse_startup(output), "wall": time.monotonic() - started})
-    first_steps = [run["first_step"] for run in runs]
-    return {"runs": runs, "first_step": _summary(first_steps), "target": TARGETS["startup seconds"]}
+    """Seconds from the launcher's start to the first training step (`startup_section`)."""
+    return {**startup_section.measure(settings.rounds), "target": TARGETS["startup seconds"]}
 
 
 def input_throughput(settings: Settings) -> dict:
@@ -480,6 +345,7 @@ def run_suite(
         "command": " ".join([os.path.basename(sys.executable), "-m", "benchmarks", *sys.argv[1:]]),
     }
     sections = {
+        "overhead": lambda: overhead(settings, measure_fn),
         "alternatives": lambda: alternatives(settings, measure_fn),
         "scaling": lambda: scaling(settings, measure_fn),
         "options": lambda: options(settings, measure_fn),

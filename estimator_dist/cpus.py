@@ -25,9 +25,11 @@ runs one pool per task's own cores.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import sys
-from typing import List, MutableMapping, Optional, Sequence
+from typing import Callable, List, MutableMapping, Optional, Sequence, Set
 
 #: Values of `--onednn`.
 ONEDNN_SETTINGS = ("auto", "on", "off")
@@ -107,3 +109,29 @@ def split_cores(tasks: int, cores: Optional[Sequence[int]] = None) -> List[froze
         sets.append(frozenset(cores[start:end]))
         start = end
     return sets
+
+
+#: `prctl` option: the signal a process gets when the thread that started it ends.
+_PR_SET_PDEATHSIG = 1
+# Loaded here, not between fork and exec, where allocating could deadlock.
+_LIBC = ctypes.CDLL(None, use_errno=True)
+#: Exit code of a task whose launcher died before it could set the signal.
+_ORPHANED = 1
+
+
+def task_process_setup(cores: Optional[Set[int]], parent: int) -> Callable[[], None]:
+    """Returns what a task runs between fork and exec: dies with its launcher, pinned to `cores`.
+
+    The parent death signal follows the thread that started the child, so
+    every task is started from the launcher's main thread. A launcher that
+    died before the signal was set is caught by comparing the parent's pid.
+    """
+
+    def setup() -> None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(_ORPHANED)
+        if cores is not None:
+            os.sched_setaffinity(0, cores)
+
+    return setup

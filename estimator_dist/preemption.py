@@ -15,6 +15,14 @@ the same step, the chief's `CheckpointSaverHook` writes the checkpoint of
 that step on its way out, and each task exits `PREEMPTED` (155, retryable):
 restarted, the job resumes from that step and loses none.
 
+Per training step the hook does one integer increment and one compare (its
+count against the step to stop at, which the polling thread sets): no fetch,
+no clock, no lock. It reads the global step once, when its session starts,
+and counts session runs from there; in collective training every task runs
+the same ones (one per global step, or per micro-batch with gradient
+accumulation), so every task counts alike. The polling thread measures the
+speed from that count.
+
 The signal is noticed by a thread (`signal.set_wakeup_fd`), so it is seen
 even while the main thread waits inside a collective; if the job cannot stop
 within `grace_secs` (a peer is gone), the task exits 155 anyway and the
@@ -37,9 +45,10 @@ import math
 import os
 import signal
 import socket
+import sys
 import threading
 import time
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import tensorflow as tf
 from absl import logging
@@ -59,6 +68,8 @@ MAX_LEAD_STEPS = 10_000
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: What a task does on a preemption, by its kind.
 KINDS = ("chief", "worker", "ps", "evaluator")
+#: The training hook's step to stop at while there is no decision: never.
+_NEVER = sys.maxsize
 
 
 def _write_json(path: str, data: dict) -> None:
@@ -120,9 +131,13 @@ class Preemption:
         self._stop = threading.Event()
         self._signalled_at: Optional[float] = None
         self._start_step: Optional[int] = None
+        # Written by the training thread alone (`step_done`), read by the others.
         self._step: Optional[int] = None
+        # The hook stops its session after the step that reaches this.
+        self._stop_step = _NEVER
         self._step_secs: Optional[float] = None
-        self._last_step_time: Optional[float] = None
+        # (time, step) the polling thread last saw the step move, for `_step_secs`.
+        self._sampled: Optional[Tuple[float, int]] = None
         self.stop_at: Optional[int] = None
 
     @property
@@ -216,10 +231,35 @@ class Preemption:
             )
             self._stop.set()
         elif start is not None:
+            self._measure_speed()
             if self.stop_at is None:
                 self._read_decision(start)
             if self._is_chief and self.stop_at is None:
                 self._decide(start)
+
+    def _measure_speed(self) -> None:
+        """Updates the seconds per step from the step count (the polling thread's clock).
+
+        The first move after the session started is skipped, since the first
+        step also builds and warms up; a poll that saw no move keeps the
+        earlier sample, so that slow steps are timed whole.
+        """
+        now, step = time.monotonic(), self._step
+        if step is None or step == self._start_step:
+            return
+        sampled = self._sampled
+        self._sampled = (now, step) if sampled is None or step > sampled[1] else sampled
+        if sampled is None or step <= sampled[1]:
+            return
+        elapsed = (now - sampled[0]) / (step - sampled[1])
+        with self._lock:
+            before = self._step_secs
+            self._step_secs = elapsed if before is None else 0.7 * before + 0.3 * elapsed
+
+    def _set_stop_at(self, stop_at: int) -> None:
+        self.stop_at = stop_at
+        # Without lockstep each worker steps on its own: stop after its next step.
+        self._stop_step = stop_at if self._lockstep else 0
 
     def _wait_for_save(self, signalled: Optional[float]) -> None:
         """A ps task leaves once the chief has saved, or the grace runs out."""
@@ -235,7 +275,7 @@ class Preemption:
     def _read_decision(self, start: int) -> None:
         decision = _read_json(os.path.join(self._dir, DECISION_FILE))
         if decision is not None and decision["stop_at"] > start:
-            self.stop_at = decision["stop_at"]
+            self._set_stop_at(decision["stop_at"])
             logging.warning(
                 "estimator_dist: task %s will stop at global step %d (preemption of %s).",
                 self._role,
@@ -259,7 +299,7 @@ class Preemption:
         stop_at = step + min(max(lead, 2 if self._lockstep else 1), MAX_LEAD_STEPS)
         decision = {"stop_at": stop_at, "requested_by": current[0]["role"], "done": False}
         _write_json(os.path.join(self._dir, DECISION_FILE), decision)
-        self.stop_at = stop_at
+        self._set_stop_at(stop_at)
         logging.warning(
             "estimator_dist: preemption of %s: %s.",
             current[0]["role"],
@@ -282,7 +322,8 @@ class Preemption:
                     with contextlib.suppress(tf.errors.NotFoundError):
                         tf.io.gfile.remove(os.path.join(self._dir, name))
         with self._lock:
-            self._start_step = step
+            self._start_step = self._step = step
+            self._sampled = None
 
     def session_ended(self, step: int) -> None:
         """Records the global step the session ended at, for the exit message."""
@@ -290,21 +331,13 @@ class Preemption:
             self._step = step
 
     def step_done(self) -> bool:
-        """Counts one training step; returns whether the session must stop after it."""
-        now = time.monotonic()
-        with self._lock:
-            self._step = (self._step if self._step is not None else self._start_step or 0) + 1
-            if self._last_step_time is not None:
-                elapsed = now - self._last_step_time
-                self._step_secs = (
-                    elapsed if self._step_secs is None else 0.9 * self._step_secs + 0.1 * elapsed
-                )
-            self._last_step_time = now
-            step = self._step
-        if not self._lockstep:
-            # Each worker steps on its own: stop at the first step after the decision.
-            return self.stop_at is not None
-        return self.stop_at is not None and step >= self.stop_at
+        """Counts one training step; returns whether the session must stop after it.
+
+        The training thread's work per step, after `session_started`: an
+        increment and a compare, no lock (only this thread writes the count).
+        """
+        self._step += 1
+        return self._step >= self._stop_step
 
     def finished(self) -> None:
         """Called after training ended: exits `PREEMPTED` if a preemption stopped it."""

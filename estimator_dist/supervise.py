@@ -18,7 +18,6 @@ on: it holds no training state.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import os
 import queue
@@ -28,40 +27,19 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, Callable, List, Optional, Sequence, Set
+from typing import IO, Callable, List, Optional, Sequence
 
 from estimator_dist import console
 from estimator_dist import script_config as script_lib
 from estimator_dist.base import exit_codes
 from estimator_dist.base.cluster import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig
-from estimator_dist.cpus import split_cores
+from estimator_dist.cpus import split_cores, task_process_setup
 from estimator_dist.exits import LOST_PEER, Failure, describe_exit, exit_code_of
 
-#: `prctl` option: the signal a process gets when the thread that started it ends.
-_PR_SET_PDEATHSIG = 1
-_LIBC = ctypes.CDLL(None, use_errno=True)
 #: Stands in the exits queue for "the chief ran its first step: start the evaluator".
 _RELEASE = object()
 #: Training progress lines of a task: LoggingTensorHook's and the package's own.
 _STEP_LINE = re.compile(r"(?:\bstep = |global step )(\d+)")
-
-
-def _child_setup(cores: Optional[Set[int]], parent: int) -> Callable[[], None]:
-    """Returns what a task runs between fork and exec: dies with its launcher, pinned to `cores`.
-
-    The parent death signal follows the thread that started the child, so
-    every task is started from the launcher's main thread. A launcher that
-    died before the signal was set is caught by comparing the parent's pid.
-    """
-
-    def setup() -> None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:
-            os._exit(exit_codes.FAILURE)
-        if cores is not None:
-            os.sched_setaffinity(0, cores)
-
-    return setup
 
 
 #: What a task of an `estimator_dist.train` job runs.
@@ -182,7 +160,7 @@ class Launcher:
     def release(self) -> None:
         """Starts the tasks `start` held back (the evaluator), once, unless stopping.
 
-        Called from the main thread only: see `_child_setup`.
+        Called from the main thread only: see `cpus.task_process_setup`.
         """
         with self._spawn_lock:
             if self._stopping:
@@ -206,10 +184,19 @@ class Launcher:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            preexec_fn=_child_setup(cores, os.getpid()),
+            preexec_fn=task_process_setup(cores, os.getpid()),
         )
-        task.log = open(os.path.join(self._model_dir, "logs", f"{config.role}.log"), "a")
-        task.log.write(f"===== attempt {self._attempt} =====\n")
+        path = os.path.join(self._model_dir, "logs", f"{config.role}.log")
+        try:
+            # Line-buffered: each line reaches the file when it is printed, so a refused write
+            # is seen, and said, at the line it refused, not at close or never.
+            task.log = open(path, "a", buffering=1)
+        except OSError as error:
+            self.say(
+                f"cannot write {path} ({error.strerror}); the output of {task.name} "
+                "goes on here only"
+            )
+        self._log(task, f"===== attempt {self._attempt} =====\n")
         threading.Thread(target=self._pump, args=(task, self._exits), daemon=True).start()
         on = f" on cores {','.join(map(str, sorted(cores)))}" if cores else ""
         self.say(f"started {task.name} (pid {task.process.pid}){on} TF_CONFIG={config.to_json()}")
@@ -260,17 +247,24 @@ class Launcher:
         try:
             task.log.write(line)
         except OSError as error:
-            self.say(
-                f"cannot write {task.log.name} ({error.strerror}); the output of {task.name} "
-                "goes on here only"
-            )
-            self._close_log(task)
+            self._refused(task, error)
 
-    @staticmethod
-    def _close_log(task: Task) -> None:
+    def _refused(self, task: Task, error: OSError) -> None:
+        """Says that the task's log refused a write, once, and stops writing it."""
+        self.say(
+            f"cannot write {task.log.name} ({error.strerror}); the output of {task.name} "
+            "goes on here only"
+        )
+        with contextlib.suppress(OSError):  # The same refused line, flushed again.
+            task.log.close()
+        task.log = None
+
+    def _close_log(self, task: Task) -> None:
         if task.log is not None:
-            with contextlib.suppress(OSError):  # The buffered lines it could not write.
+            try:
                 task.log.close()
+            except OSError as error:  # A last line without a newline found no room.
+                self._refused(task, error)
             task.log = None
 
     def supervise(

@@ -32,6 +32,11 @@ step the recovery stays, so a peer that starts late is still waited for.
 
 It ends the process with `os._exit`: the main thread may be blocked inside a
 collective op and would never see an exception.
+
+Training steps pay nothing for this: the hook fetches the global step only
+on the first step and on the first step after each check of the thread
+(every 0.5-5 s), and returns None from `before_run` otherwise; an
+evaluation batch only sets a flag the thread reads.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ import tensorflow as tf
 from absl import logging
 
 from estimator_dist.base import exit_codes, tf_patches
+from estimator_dist.watchdog_hooks import CallbackHook, StepHook
 
 FAILURE_PREFIX = exit_codes.FAILURE_PREFIX
 #: Why a cluster task whose training loop ended early fails, and the fix.
@@ -116,6 +122,10 @@ class Watchdog:
         ends the loop below `last_step` on purpose.
       exit_fn: Called as `exit_fn(role, code, cause)`; `fail` by default.
       clock: Monotonic clock, replaceable in tests.
+
+    Attributes:
+      due: Whether the hook fetches the global step at its next step: set by
+        each `check`, cleared by `progress`, a plain flag with no lock.
     """
 
     def __init__(
@@ -145,10 +155,14 @@ class Watchdog:
         self._last_progress: Optional[float] = None
         self._step: Optional[int] = None
         self._sessions = 0
+        # Plain flags, set and cleared without the lock: `due`, and whether an
+        # evaluation batch (or a step in flight) ran since the last check.
+        self.due = True
+        self._alive = False
 
     @property
     def step(self) -> Optional[int]:
-        """The last global step seen, or None before the first step."""
+        """The last global step seen (once per check), or None before the first step."""
         return self._step
 
     def start(self) -> None:
@@ -167,9 +181,17 @@ class Watchdog:
             self.check()
 
     def check(self) -> None:
-        """Ends the process if a deadline has passed; called by the thread."""
+        """Ends the process if a deadline has passed, then asks the hook for a fresh step.
+
+        Called by the thread. The stall timer counts from when a fetched step
+        last moved (or an evaluation batch last ran), so it sees progress up to
+        one check interval and two steps late: far below any stall timeout.
+        """
         now = self._clock()
         with self._lock:
+            if self._alive and self._last_progress is not None:
+                self._last_progress = now
+            self._alive = False
             last, step = self._last_progress, self._step
         if last is None and now - self._started_at > self._startup_timeout:
             missing = unreachable(self._peers)
@@ -198,6 +220,7 @@ class Watchdog:
                 )
                 + "Raise --stall_timeout for very slow steps.",
             )
+        self.due = True
 
     def session_created(self) -> None:
         """Records a (re-)created session; a second one after training started is fatal."""
@@ -214,7 +237,8 @@ class Watchdog:
             )
 
     def progress(self, step: int) -> None:
-        """Records a completed step; the first one arms fail-fast."""
+        """Records a completed step, fetched when `due`; the first one arms fail-fast."""
+        self.due = False
         with self._lock:
             first = self._last_progress is None
             if first or step != self._step:
@@ -230,10 +254,13 @@ class Watchdog:
             )
 
     def alive(self) -> None:
-        """Records progress that moves no global step: an evaluation batch in one process."""
-        with self._lock:
-            if self._last_progress is not None:
-                self._last_progress = self._clock()
+        """Records progress without a global step: an evaluation batch, or a step in flight.
+
+        An evaluation batch in one process, or the training step that was
+        running when `check` asked for a fresh step. Only sets a flag; the next
+        `check` counts it as progress at that time.
+        """
+        self._alive = True
 
     def training_ended(self, step: int) -> None:
         """Ends the process when this task's training loop ended before the last step."""
@@ -250,55 +277,11 @@ class Watchdog:
 
     def hook(self) -> tf.compat.v1.train.SessionRunHook:
         """Returns the hook that reports sessions and steps to this watchdog."""
-        return _WatchdogHook(self)
+        return StepHook(self)
 
     def eval_hook(self) -> tf.compat.v1.train.SessionRunHook:
         """Returns the hook that reports each evaluation batch as progress."""
-        return _CallbackHook(after_run=self.alive)
-
-
-class _CallbackHook(tf.compat.v1.train.SessionRunHook):
-    """Calls plain functions at a session's start, after each run and at its end."""
-
-    def __init__(
-        self,
-        begin: Callable[[], None] = lambda: None,
-        after_run: Callable[[], None] = lambda: None,
-        end: Callable[[], None] = lambda: None,
-    ) -> None:
-        self._begin, self._after_run, self._end = begin, after_run, end
-
-    def after_create_session(self, session: tf.compat.v1.Session, coord: object) -> None:
-        self._begin()
-
-    def after_run(self, run_context: object, run_values: object) -> None:
-        self._after_run()
-
-    def end(self, session: tf.compat.v1.Session) -> None:
-        self._end()
-
-
-class _WatchdogHook(tf.compat.v1.train.SessionRunHook):
-    def __init__(self, watchdog: Watchdog) -> None:
-        self._watchdog = watchdog
-        self._global_step: Optional[tf.Tensor] = None
-
-    def begin(self) -> None:
-        self._global_step = tf.compat.v1.train.get_global_step()
-
-    def after_create_session(self, session: tf.compat.v1.Session, coord: object) -> None:
-        self._watchdog.session_created()
-
-    def before_run(self, run_context: object) -> tf.compat.v1.train.SessionRunArgs:
-        return tf.compat.v1.train.SessionRunArgs(self._global_step)
-
-    def after_run(self, run_context: object, run_values: object) -> None:
-        self._watchdog.progress(int(run_values.results))
-
-    def end(self, session: tf.compat.v1.Session) -> None:
-        # MonitoredSession calls this when the loop ends without an error (an
-        # exhausted input included), before it closes the session.
-        self._watchdog.training_ended(int(session.run(self._global_step)))
+        return CallbackHook(after_run=self.alive)
 
 
 class EvaluatorWatchdog:
@@ -336,15 +319,14 @@ class EvaluatorWatchdog:
 
     def eval_hook(self) -> tf.compat.v1.train.SessionRunHook:
         """Returns the hook that tells this watchdog when an evaluation runs."""
-        return _CallbackHook(begin=self._evaluation_began, after_run=self._batch, end=self._ended)
+        return CallbackHook(begin=self._evaluation_began, after_run=self._batch, end=self._ended)
 
     def _evaluation_began(self) -> None:
         with self._lock:
             self._evaluating_since, self._batches = time.monotonic(), 0
 
     def _batch(self) -> None:
-        with self._lock:
-            self._batches += 1
+        self._batches += 1  # Only the evaluation thread writes it: no lock.
 
     def _ended(self) -> None:
         with self._lock:

@@ -1,6 +1,19 @@
-"""Shared fixtures: the embedded dataset prepared once per test session."""
+"""Shared fixtures, and the check that keeps `make test-fast` free of processes.
+
+A test that starts a Python process (a task, the launcher, any entry point)
+must carry the `multiprocess` mark, on the test or as the module's
+`pytestmark`: `make test-fast` (`pytest -m "not multiprocess"`) leaves those
+out. An unmarked test that starts one fails at once, saying so.
+"""
+
+import os
+import subprocess
+import sys
 
 import pytest
+
+#: The mark of tests that start worker processes, a launcher or a cluster (see pytest.ini).
+MULTIPROCESS = "multiprocess"
 
 
 @pytest.fixture(scope="session")
@@ -11,3 +24,60 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = str(tmp_path_factory.mktemp("tfds"))
     digits.prepare({"data_dir": path})
     return path
+
+
+@pytest.fixture(autouse=True)
+def no_tf_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts without TF_CONFIG, as in a fresh shell: RunConfig and the strategies
+    read it, and a value left in the environment would turn a local test into a cluster task."""
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+
+
+@pytest.fixture
+def tf_patches_installed():
+    """The package's TensorFlow patches, installed as the driver does, and removed after."""
+    from estimator_dist.base import tf_patches
+
+    tf_patches.install()
+    yield
+    tf_patches.uninstall()
+
+
+@pytest.fixture
+def fresh_bad_data_counter():
+    """The process-wide count of skipped bad records, zero before and after the test."""
+    from input_fns import bad_data
+
+    bad_data.COUNTER.reset()
+    yield
+    bad_data.COUNTER.reset()
+
+
+def _is_python(args: object) -> bool:
+    """Whether a command line starts Python (possibly under a prefix such as `unshare ...`)."""
+    words = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
+    words = [os.fsdecode(word) for word in words]
+    return sys.executable in words or any(
+        os.path.basename(word).startswith("python") for word in words
+    )
+
+
+@pytest.fixture(autouse=True)
+def _processes_only_when_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """Fails a test that starts a Python process without the `multiprocess` mark."""
+    if request.node.get_closest_marker(MULTIPROCESS) is not None:
+        return
+    original = subprocess.Popen.__init__
+
+    def guarded(self: subprocess.Popen, args: object, *rest: object, **kwargs: object) -> None:
+        if _is_python(args):
+            pytest.fail(
+                f"{request.node.nodeid} starts a Python process ({args!r:.120}) but is not "
+                f"marked `{MULTIPROCESS}`: add `@pytest.mark.{MULTIPROCESS}` to the test (or "
+                f"`pytestmark = pytest.mark.{MULTIPROCESS}` to its module), so that "
+                "`make test-fast` leaves it out.",
+                pytrace=False,
+            )
+        original(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", guarded)

@@ -3,6 +3,10 @@
 Each command runs in a new session; on timeout its whole process group is
 killed. A failed run raises with the command's output and every task log
 found under `model_dir/logs`, so a red test shows what each worker said.
+
+Every failure message states its cause on its first line, then only the last
+`TAIL_LINES` lines of each task (`report`): a CI log cut short, or pytest's
+one-line summary, still says why the test failed.
 """
 
 from __future__ import annotations
@@ -19,9 +23,55 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Lines of each task's output that a failure message shows: the last ones, where the cause is.
+TAIL_LINES = 60
+#: A launcher's line of a task's output: `[chief] ...`, `[worker-0] ...`, `[launcher] ...`.
+_TASK_LINE = re.compile(r"^\[([a-z]+(?:-\d+)?)\] ")
+
+
+def tail(text: str, lines: int = TAIL_LINES) -> str:
+    """The last `lines` lines of `text`, after a line counting the ones left out."""
+    kept = text.splitlines()
+    if len(kept) <= lines:
+        return "\n".join(kept)
+    return "\n".join([f"[... {len(kept) - lines} earlier lines left out ...]", *kept[-lines:]])
+
+
+def by_task(output: str) -> dict:
+    """Groups a launcher's output by its `[task] ` prefixes; other lines go under `output`.
+
+    >>> by_task("[chief] a\\nexited with 9\\n[worker-0] b\\n[chief] c\\n")
+    {'chief': 'a\\nc', 'output': 'exited with 9', 'worker-0': 'b'}
+    """
+    groups: dict = {}
+    for line in output.splitlines():
+        match = _TASK_LINE.match(line)
+        name, text = (match.group(1), line[match.end() :]) if match else ("output", line)
+        groups.setdefault(name, []).append(text)
+    return {name: "\n".join(lines) for name, lines in sorted(groups.items())}
+
+
+def report(cause: str, output: Union[str, Mapping[str, Any]] = "", lines: int = TAIL_LINES) -> str:
+    """A failure message: `cause` on the first line, then the end of what each task printed.
+
+    Args:
+      cause: What was expected and what happened, e.g. "chief-0 exited 1, expected 150".
+      output: One process's output (a launcher's is split by task prefix), or task
+        name to output (a string or anything with an `output` attribute, such as
+        `Background`).
+      lines: How many of each task's last lines to show.
+    """
+    if isinstance(output, str):
+        groups = by_task(output) if output else {}
+    else:
+        groups = {name: getattr(o, "output", o) for name, o in output.items()}
+    parts = [cause]
+    for name, text in groups.items():
+        parts.append(f"----- {name}: last lines -----\n{tail(text, lines)}")
+    return "\n".join(parts)
 
 
 @dataclasses.dataclass
@@ -35,18 +85,22 @@ class Run:
 
     def logs(self) -> str:
         """Returns the task logs the launcher wrote, each under a header."""
+        return "\n".join(f"===== {name} =====\n{text}" for name, text in self._logs().items())
+
+    def _logs(self) -> dict:
         if not self.model_dir:
-            return ""
-        parts = []
+            return {}
+        logs = {}
         for path in sorted(glob.glob(os.path.join(self.model_dir, "logs", "*.log"))):
             with open(path, errors="replace") as stream:
-                parts.append(f"===== {os.path.basename(path)} =====\n{stream.read()}")
-        return "\n".join(parts)
+                logs[os.path.basename(path)] = stream.read()
+        return logs
 
     def describe(self) -> str:
-        return (
-            f"command {' '.join(self.args)} exited {self.returncode}\n"
-            f"----- output -----\n{self.output}\n{self.logs()}"
+        """The exit code and command first, then the end of the output and of each task log."""
+        return report(
+            f"exited {self.returncode}: {' '.join(self.args)}",
+            {"output": self.output, **self._logs()},
         )
 
     def json(self, name: str) -> dict:
@@ -109,7 +163,7 @@ def run_module(
         _kill_group(process.pid)
         output, _ = process.communicate()
         run = Run(command, process.returncode, output, model_dir)
-        raise AssertionError(f"timed out after {timeout} s; killed.\n{run.describe()}") from None
+        raise AssertionError(f"timed out after {timeout} s and killed; {run.describe()}") from None
     finally:
         _kill_group(process.pid)
     run = Run(command, process.returncode, output, model_dir)
@@ -140,12 +194,17 @@ def run_modules(
             while not start_after():
                 if futures[0].done() or time.monotonic() > deadline:
                     run = futures[0].result()
-                    raise AssertionError(f"the condition to go on never held.\n{run.describe()}")
+                    raise AssertionError(f"the condition to go on never held; {run.describe()}")
                 time.sleep(0.2)
         futures += [submit(*command) for command in commands[1:]]
         runs = [future.result() for future in futures]
-    if any(run.returncode != 0 for run in runs):
-        raise AssertionError("\n\n".join(run.describe() for run in runs))
+    failed = [run for run in runs if run.returncode != 0]
+    if failed:
+        codes = ", ".join(str(run.returncode) for run in runs)
+        raise AssertionError(
+            f"{len(failed)} of {len(runs)} commands failed (exit codes {codes}); "
+            + "\n\n".join(run.describe() for run in runs)
+        )
     return runs
 
 
@@ -190,11 +249,17 @@ class Background:
                 line = self._queue.get(timeout=max(0.0, remaining))
             except queue.Empty:
                 raise AssertionError(
-                    f"no line matching {pattern!r} in {timeout} s:\n" + "".join(self.lines)
+                    report(f"no line matching {pattern!r} in {timeout} s", self.output)
                 ) from None
             if line is None:
+                try:
+                    state = f"exit code {self.process.wait(timeout=5)}"
+                except subprocess.TimeoutExpired:
+                    state = "still running"
                 raise AssertionError(
-                    f"output ended before a line matching {pattern!r}:\n" + "".join(self.lines)
+                    report(
+                        f"output ended ({state}) before a line matching {pattern!r}", self.output
+                    )
                 )
             self.lines.append(line)
             match = re.search(pattern, line)
@@ -206,7 +271,7 @@ class Background:
         try:
             code = self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"still running after {timeout} s:\n{self.output}") from None
+            raise AssertionError(report(f"still running after {timeout} s", self.output)) from None
         while (line := self._queue.get(timeout=timeout)) is not None:
             self.lines.append(line)
         return code

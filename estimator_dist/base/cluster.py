@@ -41,7 +41,7 @@ import dataclasses
 import json
 import re
 import types
-from typing import Any, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from estimator_dist.base.errors import ClusterConfigError
 
@@ -336,6 +336,17 @@ class LocalCluster:
     def training_tasks(self) -> Tuple[ClusterConfig, ...]:
         """The chief and workers, which must all finish for training to end."""
         return tuple(t for t in self.tasks if t.task_type in (CHIEF, WORKER))
+
+    def tf_configs(self) -> Dict[str, str]:
+        """Each task's TF_CONFIG value, by role: what to start each task's process with.
+
+        >>> configs = make_local_cluster(2, ports=[2001, 2002], evaluator=True).tf_configs()
+        >>> list(configs)
+        ['chief-0', 'worker-0', 'evaluator-0']
+        >>> parse_tf_config(configs["worker-0"]).jobs["worker"]
+        ('localhost:2002',)
+        """
+        return {task.role: task.to_json() for task in self.tasks}
 
 
 def make_local_cluster(

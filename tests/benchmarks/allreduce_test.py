@@ -12,7 +12,11 @@ import json
 import os
 import tempfile
 
+import pytest
+
 from benchmarks import allreduce, common
+
+pytestmark = pytest.mark.multiprocess
 
 SIZES = [1, 256, 4096]
 

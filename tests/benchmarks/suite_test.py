@@ -12,9 +12,11 @@ import tempfile
 
 import pytest
 
-from benchmarks import contenders, report, scaling_model, suite
+from benchmarks import contenders, options_table, report, scaling_model, suite
 from benchmarks.contenders import Config
-from benchmarks.suite import SECTIONS, Settings, parse_startup, run_groups, run_suite, save
+from benchmarks.groups import run_groups
+from benchmarks.startup_section import parse_startup
+from benchmarks.suite import SECTIONS, Settings, run_suite, save
 
 
 def fake_measure(config):
@@ -87,27 +89,28 @@ def test_parse_startup_reads_the_launcher_and_every_task():
 
 
 def test_report_from_measured_sections_has_targets_tables_and_plots(tmp_path):
-    settings = Settings(sections=("alternatives", "scaling", "options"), rounds=2, quick=True)
+    sections = ("overhead", "alternatives", "scaling", "options")
+    settings = Settings(sections=sections, rounds=2, quick=True)
     saved = []
     results = run_suite(settings, fake_measure, on_section=lambda r: saved.append(list(r)))
     done = [[key for key in keys if key in SECTIONS] for keys in saved]
-    assert done == [
-        ["alternatives"],
-        ["alternatives", "scaling"],
-        ["alternatives", "scaling", "options"],
-    ]
+    assert done == [list(sections[: n + 1]) for n in range(len(sections))]
     path = str(tmp_path / "results.json")
     save(results, path)
     with open(path) as stream:
         results = json.load(stream)
     efficiency = results["scaling"]["curves"][0]["efficiency"]
     assert [e["median"] for e in efficiency] == pytest.approx([1.0, 0.9, 0.8667], abs=1e-3)
-    comparison = results["alternatives"]["comparisons"][0]
+    comparison = results["overhead"]["comparisons"][0]
     assert comparison["name"] == "package / handwritten"
     assert comparison["median"] == pytest.approx(1.1)
     readme = report.write_report(results, str(tmp_path))
     text = open(readme).read()
-    assert "| package / handwritten (throughput ratio), 2 workers x 64 | >= 0.98 | 1.10" in text
+    assert (
+        "| package / handwritten (throughput ratio), 2 workers x 64 | >= 0.98 | "
+        "1.10 (1.10-1.10), 2 rounds | yes |"
+    ) in text
+    assert "## The package's own cost per step" in text
     assert "| package / keras" in text
     # The SIGTERM watch's cost, measured against the package with it off in the same rounds.
     assert "| preemption watch on / off (throughput ratio), 2 workers x 64 | >= 0.98 | 1.00" in text
@@ -121,6 +124,29 @@ def test_report_from_measured_sections_has_targets_tables_and_plots(tmp_path):
     assert "![scaling_mnist_cnn.png](scaling_mnist_cnn.png)" in text
 
 
+def test_the_overhead_section_runs_at_least_5_interleaved_rounds():
+    calls = []
+    results = run_suite(
+        Settings(sections=("overhead", "alternatives"), rounds=3),
+        lambda config: calls.append(config) or fake_measure(config),
+    )
+    overhead = results["overhead"]
+    assert overhead["rounds"] == suite.OVERHEAD_ROUNDS == 5
+    assert [c["name"] for c in overhead["comparisons"]] == [
+        "package / handwritten",
+        "preemption watch on / off",
+    ]
+    assert all(len(c["samples"]) == 5 for c in overhead["comparisons"])
+    # Interleaved: each round runs all three once before the next round starts.
+    first = [c.label() for c in calls[:15]]
+    assert all(len(set(first[i : i + 3])) == 3 for i in range(0, 15, 3))
+    # The alternatives keep their 3 rounds and leave the 64-per-worker hand-written run out.
+    assert all(len(run["samples"]) == 3 for run in results["alternatives"]["runs"])
+    assert "package / handwritten" not in [
+        c["name"] for c in results["alternatives"]["comparisons"] if c["per_worker_batch"] == 64
+    ]
+
+
 def test_each_worker_gets_one_core_of_its_own_round_robin(monkeypatch):
     monkeypatch.setattr(contenders, "allowed_cores", lambda: [4, 5, 6, 7])
     assert contenders.one_core_each(1) == [{4}]
@@ -129,6 +155,7 @@ def test_each_worker_gets_one_core_of_its_own_round_robin(monkeypatch):
     assert contenders.one_core_each(3) == [{0}, {1}, {0}]
 
 
+@pytest.mark.multiprocess
 def test_measure_runs_a_real_job_and_removes_its_files(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
@@ -156,8 +183,8 @@ def test_options_check_feeds_each_option_into_the_scaling_model():
         "defaults",
         "gradient_wire_dtype=bfloat16",
         "gradient_accumulation_steps=8",
-        suite.MICRO_BATCHES_8,
-        suite.LARGER_BATCH,
+        options_table.MICRO_BATCHES_8,
+        options_table.LARGER_BATCH,
     }
     gradient = report.GRADIENT_BYTES["mnist_cnn"]
     defaults = checks["defaults"]
@@ -171,5 +198,5 @@ def test_options_check_feeds_each_option_into_the_scaling_model():
     assert checks["gradient_wire_dtype=bfloat16"]["allreduce_ms"] == pytest.approx(
         scaling_model.ring_allreduce_seconds(ring, 2, gradient / 2) * 1e3, rel=1e-3
     )
-    assert checks[suite.LARGER_BATCH]["compute_ms"] == pytest.approx(512 / 10_000 * 1e3)
+    assert checks[options_table.LARGER_BATCH]["compute_ms"] == pytest.approx(512 / 10_000 * 1e3)
     assert defaults["measured"] == pytest.approx(0.9)

@@ -309,6 +309,7 @@ def run_script(tmp_path, verbose, model_dir):
     return done.stdout.splitlines()
 
 
+@pytest.mark.multiprocess
 def test_a_single_process_logs_everything_to_model_dir_and_shows_what_people_need(tmp_path):
     model_dir = tmp_path / "model"
     model_dir.mkdir()
@@ -328,6 +329,7 @@ def test_a_single_process_logs_everything_to_model_dir_and_shows_what_people_nee
     assert "Final evaluation" not in log
 
 
+@pytest.mark.multiprocess
 def test_verbose_keeps_everything_on_the_console(tmp_path):
     model_dir = tmp_path / "model"
     output = "\n".join(run_script(tmp_path, verbose=True, model_dir=model_dir))
@@ -339,6 +341,7 @@ def test_verbose_keeps_everything_on_the_console(tmp_path):
     assert not model_dir.exists()
 
 
+@pytest.mark.multiprocess
 def test_an_unwritable_model_dir_gets_a_local_log_named_on_the_console(tmp_path):
     model_dir = tmp_path / "model"
     model_dir.write_text("a file where the directory should be")

@@ -51,6 +51,7 @@ def test_fail_when_tensorflow_is_imported_and_the_setting_would_change_nothing(m
     assert configure_onednn("off") == "0"  # no change needed: accepted
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("setting, enabled", [("on", True), ("off", False)])
 def test_the_setting_reaches_tensorflow(setting, enabled):
     script = (

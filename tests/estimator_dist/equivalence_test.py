@@ -34,6 +34,8 @@ from tests.equivalence import (
 )
 from tests.procs import run_module
 
+pytestmark = pytest.mark.multiprocess
+
 DIGITS = ["--input_fn=tests.task_inputs:example_sharded", "--learning_rate=0.1"]
 TABULAR = ["--input_fn=tabular", "--learning_rate=0.1"]
 # float64: in float32, reordering the examples of a batch alone moves ResNet

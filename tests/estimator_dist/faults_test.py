@@ -22,7 +22,10 @@ import pytest
 import tensorflow as tf
 
 from estimator_dist.base import exit_codes
-from tests.procs import Background
+from estimator_dist.base.cluster import CHIEF, WORKER, ClusterConfig, make_local_cluster
+from tests.procs import Background, by_task, report
+
+pytestmark = pytest.mark.multiprocess
 
 STEP_LINE = r"^\[chief\] .*\] loss = .*step = (\d+)"
 
@@ -38,21 +41,13 @@ def task_args(model_dir, data_dir, *extra):
     ]
 
 
-def tf_configs(jobs):
-    """TF_CONFIG of every chief/worker task of `jobs`, by role."""
-    return {
-        f"{name}-{index}": json.dumps({"cluster": jobs, "task": {"type": name, "index": index}})
-        for name, addresses in jobs.items()
-        for index in range(len(addresses))
-    }
+def free_ports(count):
+    return [portpicker.pick_unused_port() for _ in range(count)]
 
 
-def local_jobs(num_workers):
-    ports = [portpicker.pick_unused_port() for _ in range(num_workers)]
-    jobs = {"chief": [f"localhost:{ports[0]}"]}
-    if num_workers > 1:
-        jobs["worker"] = [f"localhost:{port}" for port in ports[1:]]
-    return jobs
+def local_tf_configs(num_workers):
+    """TF_CONFIG of each task of a chief + workers cluster on free loopback ports, by role."""
+    return make_local_cluster(num_workers, free_ports(num_workers)).tf_configs()
 
 
 @contextlib.contextmanager
@@ -87,7 +82,7 @@ def wait_for_step(process, step, timeout, pattern=r"^I.*\] loss = .*step = (\d+)
 
 def test_survivor_exits_soon_after_a_peer_is_killed(tmp_path, data_dir):
     timeout = 10
-    configs = tf_configs(local_jobs(2))
+    configs = local_tf_configs(2)
     args = task_args(tmp_path, data_dir, "--train_steps=100000", f"--collective_timeout={timeout}")
     with tasks(configs, args) as procs:
         wait_for_step(procs["chief-0"], 50, 120)
@@ -97,10 +92,15 @@ def test_survivor_exits_soon_after_a_peer_is_killed(tmp_path, data_dir):
         elapsed = time.monotonic() - killed
     output = all_output(procs)
     print(f"survivor exited {elapsed:.1f} s after its peer was killed")
-    assert code == exit_codes.PEER_FAILURE, output
-    assert elapsed <= timeout + 15, output
-    assert "estimator_dist: task chief-0 failed (exit 150)" in output
-    assert "peer worker-0" in output
+    assert code == exit_codes.PEER_FAILURE, report(f"chief-0 exited {code}, expected 150", procs)
+    assert elapsed <= timeout + 15, report(
+        f"chief-0 exited {elapsed:.1f} s after its peer was killed, expected <= {timeout + 15}",
+        procs,
+    )
+    assert "estimator_dist: task chief-0 failed (exit 150)" in output, report(
+        "chief-0 printed no exit-150 failure line", procs
+    )
+    assert "peer worker-0" in output, report("chief-0's failure names no peer worker-0", procs)
 
 
 # One seeded job with three kills: restarts are what costs time, not seeds.
@@ -131,24 +131,51 @@ def test_seeded_kills_under_the_launcher_end_at_exactly_max_steps(tmp_path, data
             target = min(steps - 20, target + rng.randint(60, 120))
         code = launcher.wait(timeout=300)
     output = launcher.output
-    assert code == 0, output
-    assert (
-        len(re.findall(r"\[launcher\] restart after attempt \d: \S+ was killed by SIGKILL", output))
-        == KILLS
+    assert code == 0, report(f"the launcher exited {code}, expected 0", output)
+    restarts = re.findall(
+        r"\[launcher\] restart after attempt \d: \S+ was killed by SIGKILL", output
     )
+    assert len(restarts) == KILLS, report(f"{len(restarts)} restarts, expected {KILLS}", output)
     resumed = [float(s) for s in re.findall(r"training resumed ([\d.]+) s after", output)]
     print(f"seed {seed}: training resumed {resumed} s after each failure")
-    assert len(resumed) == KILLS
+    assert len(resumed) == KILLS, report(f"resumed {len(resumed)} times, expected {KILLS}", output)
     latest = tf.train.latest_checkpoint(str(tmp_path))
-    assert latest.endswith(f"model.ckpt-{steps}"), latest
+    assert latest.endswith(f"model.ckpt-{steps}"), report(f"latest checkpoint {latest}", output)
     assert tf.train.load_checkpoint(latest).get_tensor("global_step") == steps
     final = json.load(open(tmp_path / "eval_metrics.json"))
     assert final["final"] and final["metrics"]["global_step"] == steps
     assert not glob.glob(str(tmp_path / "tmp_worker_*"))
 
 
+def kill_during_save(task, model_dir, timeout):
+    """SIGKILLs `task` in the middle of a checkpoint save, while `model_dir/*_temp*` exists.
+
+    A save's `_temp` directory lives for a few milliseconds (0.2 to 30 ms measured), so a
+    SIGKILL sent as soon as it shows up can land after the save ended: with two loaded cores it
+    did in 1 run of 10. So the task is stopped first (SIGSTOP; waitpid returns once every
+    thread stopped), the directory looked for again, and the task killed only while its save
+    is frozen half done; otherwise it is continued, and a later save is caught.
+    """
+    pid = task.process.pid
+    pattern = os.path.join(model_dir, "*_temp*")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if glob.glob(pattern):
+            os.kill(pid, signal.SIGSTOP)
+            _, status = os.waitpid(pid, os.WUNTRACED)
+            assert os.WIFSTOPPED(status), report(
+                f"the task ended (wait status {status}) before a save was caught", {"task": task}
+            )
+            if glob.glob(pattern):
+                os.kill(pid, signal.SIGKILL)
+                return
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(0.001)
+    raise AssertionError(report(f"no checkpoint save caught in {timeout} s", {"task": task}))
+
+
 def test_kill_during_checkpoint_save_leaves_a_loadable_checkpoint(tmp_path, data_dir):
-    configs = tf_configs(local_jobs(2))
+    configs = local_tf_configs(2)
     args = task_args(
         tmp_path,
         data_dir,
@@ -158,11 +185,7 @@ def test_kill_during_checkpoint_save_leaves_a_loadable_checkpoint(tmp_path, data
     )
     with tasks(configs, args) as procs:
         wait_for_step(procs["chief-0"], 20, 120)
-        deadline = time.monotonic() + 60
-        while not glob.glob(str(tmp_path / "*_temp*")):
-            assert time.monotonic() < deadline, "no checkpoint save in progress seen"
-            time.sleep(0.001)
-        procs["chief-0"].process.send_signal(signal.SIGKILL)
+        kill_during_save(procs["chief-0"], tmp_path, 60)
         procs["chief-0"].wait(timeout=30)
     assert glob.glob(str(tmp_path / "*_temp*")), "the kill did not land during a save"
     latest = tf.train.latest_checkpoint(str(tmp_path))
@@ -182,22 +205,30 @@ def test_kill_during_checkpoint_save_leaves_a_loadable_checkpoint(tmp_path, data
         ],
     )
     with run:
-        assert run.wait(timeout=240) == 0, run.output
+        code = run.wait(timeout=240)
+    assert code == 0, report(
+        f"the job resumed from step {step} exited {code}, expected 0", run.output
+    )
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith(f"model.ckpt-{step + 30}")
 
 
 def test_worker_that_never_starts_is_named(tmp_path, data_dir):
-    jobs = local_jobs(3)
-    configs = tf_configs(jobs)
+    cluster = make_local_cluster(3, free_ports(3))
+    configs = cluster.tf_configs()
     del configs["worker-1"]
+    missing = cluster.tasks[0].jobs["worker"][1]
     args = task_args(
         tmp_path, data_dir, "--train_steps=100", "--startup_timeout=8", "--batch_size=48"
     )
     with tasks(configs, args) as procs:
         codes = {role: p.wait(timeout=90) for role, p in procs.items()}
     output = all_output(procs)
-    assert codes == {"chief-0": 151, "worker-0": 151}, output
-    assert f"task(s) worker-1 ({jobs['worker'][1]}) never reached the chief" in output
+    assert codes == {"chief-0": 151, "worker-0": 151}, report(
+        f"exit codes {codes}, expected 151", procs
+    )
+    assert f"task(s) worker-1 ({missing}) never reached the chief" in output, report(
+        "no task named worker-1 as never started", procs
+    )
     assert not glob.glob(str(tmp_path / "model.ckpt-*"))
 
 
@@ -214,20 +245,24 @@ def test_worker_whose_input_runs_out_fails_the_job(tmp_path, data_dir):
     with Background("estimator_dist.launch", args) as launcher:
         code = launcher.wait(timeout=300)
     output = launcher.output
-    assert code == exit_codes.INPUT_EXHAUSTED, output
+    assert code == exit_codes.INPUT_EXHAUSTED, report(
+        f"the launcher exited {code}, expected 6", output
+    )
     # The worker fails itself, before its session closes, naming the cause...
     assert re.search(
         r"task worker-0 failed \(exit 6\): training on this task ended at global step "
         r"\d+, before --train_steps=300: its input ran out",
         output,
-    ), output
+    ), report("worker-0 printed no exit-6 line naming its input", output)
     # ...the launcher blames it, even when the chief's lost-peer exit came first, and does not
     # restart: the same input would run out at the same place.
     failures = re.findall(r"\[launcher\] attempt \d failed: (.*); stopped every task", output)
-    assert len(failures) == 1, output
-    assert failures[0].startswith("worker-0 exited with code 6 (INPUT_EXHAUSTED)"), output
-    assert "restarting the whole cluster" not in output
-    assert "job failed (not retryable)" in output
+    assert len(failures) == 1, report(f"{len(failures)} failed attempts, expected 1", output)
+    assert failures[0].startswith("worker-0 exited with code 6 (INPUT_EXHAUSTED)"), report(
+        f"the launcher blamed {failures[0][:80]!r}, expected worker-0's exit 6", output
+    )
+    assert "restarting the whole cluster" not in output, report("the job was restarted", output)
+    assert "job failed (not retryable)" in output, report("no 'job failed (not retryable)'", output)
 
 
 # --- preemption: SIGTERM stops every task at one step, checkpointed ----------------
@@ -236,8 +271,7 @@ def test_worker_whose_input_runs_out_fails_the_job(tmp_path, data_dir):
 @pytest.mark.parametrize("signalled", [["worker-0"], ["chief-0"], ["chief-0", "worker-0"]])
 def test_sigterm_stops_every_task_at_one_checkpointed_step(tmp_path, data_dir, signalled):
     # As a platform runs it: tasks started with TF_CONFIG, no launcher, checkpoints far apart.
-    jobs = local_jobs(2)
-    configs = tf_configs(jobs)
+    configs = local_tf_configs(2)
     args = task_args(
         tmp_path,
         data_dir,
@@ -253,51 +287,57 @@ def test_sigterm_stops_every_task_at_one_checkpointed_step(tmp_path, data_dir, s
         codes = {role: p.wait(timeout=60) for role, p in procs.items()}
         elapsed = time.monotonic() - sent
     output = all_output(procs)
-    stop = int(re.search(r"every task stops at global step (\d+)", output).group(1))
+    stopped = re.search(r"every task stops at global step (\d+)", output)
+    assert stopped, report(f"exit codes {codes}; no task named the step every task stops at", procs)
+    stop = int(stopped.group(1))
     print(f"signalled {signalled} at step {at_signal}: all exited in {elapsed:.2f} s, stop {stop}")
-    assert codes == {"chief-0": exit_codes.PREEMPTED, "worker-0": exit_codes.PREEMPTED}, output
+    assert codes == {"chief-0": exit_codes.PREEMPTED, "worker-0": exit_codes.PREEMPTED}, report(
+        f"exit codes {codes}, expected 155", procs
+    )
     assert exit_codes.is_retryable(exit_codes.PREEMPTED)
-    assert elapsed < 10, output
-    assert stop >= at_signal, output
+    assert elapsed < 10, report(
+        f"the tasks exited {elapsed:.1f} s after SIGTERM, expected < 10", procs
+    )
+    assert stop >= at_signal, report(f"stopped at step {stop}, before step {at_signal}", procs)
     latest = tf.train.latest_checkpoint(str(tmp_path))
-    assert latest.endswith(f"model.ckpt-{stop}"), (latest, output)
+    assert latest.endswith(f"model.ckpt-{stop}"), report(f"latest checkpoint {latest}", procs)
     for role in configs:
-        assert f"task {role} failed (exit 155): stopped for a preemption at global step {stop}" in (
-            output
-        )
+        line = f"task {role} failed (exit 155): stopped for a preemption at global step {stop}"
+        assert line in output, report(f"{role} did not print {line!r}", procs)
 
 
 def test_a_preempted_job_resumes_from_its_stop_step_and_loses_none(tmp_path, data_dir):
-    configs = tf_configs(local_jobs(2))
+    configs = local_tf_configs(2)
     args = task_args(tmp_path, data_dir, "--save_checkpoints_steps=1000000")
     with tasks(configs, [*args, "--train_steps=100000"]) as procs:
         wait_for_step(procs["chief-0"], 50, 120)
         procs["worker-0"].process.send_signal(signal.SIGTERM)
-        assert procs["chief-0"].wait(timeout=60) == exit_codes.PREEMPTED, all_output(procs)
+        code = procs["chief-0"].wait(timeout=60)
+        assert code == exit_codes.PREEMPTED, report(f"chief-0 exited {code}, expected 155", procs)
     stop = int(tf.train.load_checkpoint(str(tmp_path)).get_tensor("global_step"))
     # Restarted with the same ports taken anew, as a scheduler would: the first step it runs is
     # the one after the preemption's, and it ends at exactly --train_steps.
     last = stop + 40
-    with tasks(tf_configs(local_jobs(2)), [*args, f"--train_steps={last}"]) as procs:
+    with tasks(local_tf_configs(2), [*args, f"--train_steps={last}"]) as procs:
         first = wait_for_step(procs["chief-0"], 0, 120, r"^I.*\] loss = .*step = (\d+)")
         codes = {role: p.wait(timeout=120) for role, p in procs.items()}
-    assert codes == {"chief-0": 0, "worker-0": 0}, all_output(procs)
+    assert codes == {"chief-0": 0, "worker-0": 0}, report(f"exit codes {codes}, expected 0", procs)
     assert first == stop, f"resumed at step {first}, the preemption saved step {stop}"
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith(f"model.ckpt-{last}")
 
 
 @pytest.mark.parametrize("case", ["extra worker", "reordered"])
 def test_tasks_with_different_cluster_lists_fail_with_a_diff(tmp_path, data_dir, case):
-    jobs = local_jobs(3)
-    configs = tf_configs(jobs)
+    ports = free_ports(3)
+    configs = make_local_cluster(3, ports).tf_configs()
     if case == "extra worker":
         del configs["worker-1"]
-        smaller = {"chief": jobs["chief"], "worker": jobs["worker"][:1]}
-        configs["chief-0"] = tf_configs(smaller)["chief-0"]
+        configs["chief-0"] = make_local_cluster(2, ports[:2]).tf_configs()["chief-0"]
         odd = "worker-0"
     else:
-        reordered = {"chief": jobs["chief"], "worker": jobs["worker"][::-1]}
-        configs["worker-1"] = tf_configs(reordered)["worker-0"]
+        # worker-1 sees the workers in the other order: it is worker 0 of that list.
+        reordered = make_local_cluster(3, [ports[0], ports[2], ports[1]])
+        configs["worker-1"] = reordered.tf_configs()["worker-0"]
         odd = "worker-1"
     # 48 divides over the 2 or 3 workers that each task's cluster list holds.
     args = task_args(
@@ -306,37 +346,40 @@ def test_tasks_with_different_cluster_lists_fail_with_a_diff(tmp_path, data_dir,
     with tasks(configs, args) as procs:
         codes = {role: p.wait(timeout=90) for role, p in procs.items()}
     output = all_output(procs)
-    assert codes["chief-0"] == exit_codes.CLUSTER_MISMATCH, output
-    assert codes[odd] == exit_codes.CLUSTER_MISMATCH, output
-    assert "the tasks of the cluster disagree" in output
-    assert "cluster: chief has" in output
+    expected = f"exit codes {codes}, expected 4 on chief-0 and {odd}"
+    assert codes["chief-0"] == exit_codes.CLUSTER_MISMATCH, report(expected, procs)
+    assert codes[odd] == exit_codes.CLUSTER_MISMATCH, report(expected, procs)
+    assert "the tasks of the cluster disagree" in output, report(
+        "no task said they disagree", procs
+    )
+    assert "cluster: chief has" in output, report("no task showed how the clusters differ", procs)
 
 
 def test_duplicate_task_index_fails_fast(tmp_path, data_dir):
-    configs = tf_configs(local_jobs(2))
+    configs = local_tf_configs(2)
     args = task_args(tmp_path, data_dir, "--train_steps=100000")
     with tasks(configs, args) as procs:
         procs["worker-0"].wait_for_line(exit_codes.FIRST_STEP_MARKER, 120)
         with tasks({"worker-0": configs["worker-0"]}, args) as duplicate:
             code = duplicate["worker-0"].wait(timeout=60)
     output = duplicate["worker-0"].output
-    assert code == exit_codes.PORT_IN_USE, output
-    assert "a second task started with the same task index" in output
+    assert code == exit_codes.PORT_IN_USE, report(
+        f"the duplicate exited {code}, expected 154", duplicate
+    )
+    assert "a second task started with the same task index" in output, report(
+        "the duplicate did not say a second task has its index", duplicate
+    )
 
 
 def test_port_already_taken(tmp_path, data_dir):
     with socket.create_server(("", 0)) as taken:
         port = taken.getsockname()[1]
-        configs = {
-            "chief-0": json.dumps(
-                {"cluster": {"chief": [f"localhost:{port}"]}, "task": {"type": "chief", "index": 0}}
-            )
-        }
+        configs = make_local_cluster(1, [port]).tf_configs()
         with tasks(configs, task_args(tmp_path, data_dir, "--train_steps=10")) as procs:
             code = procs["chief-0"].wait(timeout=60)
     output = procs["chief-0"].output
-    assert code == exit_codes.PORT_IN_USE, output
-    assert f"cannot listen on port {port}" in output
+    assert code == exit_codes.PORT_IN_USE, report(f"chief-0 exited {code}, expected 154", procs)
+    assert f"cannot listen on port {port}" in output, report(f"no word of port {port}", procs)
 
 
 def listening_ports():
@@ -357,13 +400,15 @@ def test_launcher_ports_are_hidden_from_the_host(tmp_path, data_dir, isolated):
         launcher.wait_for_line(rf"^\[chief\] .*{exit_codes.FIRST_STEP_MARKER}", 120)
         job_ports = {int(p) for p in re.findall(r"localhost:(\d+)", launcher.output)}
         open_ports = listening_ports()
-    assert len(job_ports) == 2, launcher.output
+    assert len(job_ports) == 2, report(
+        f"job ports {sorted(job_ports)}, expected 2", launcher.output
+    )
     if isolated:
-        assert "private network namespace" in first
-        assert not job_ports & open_ports
+        assert "private network namespace" in first, first
+        assert not job_ports & open_ports, f"ports {sorted(job_ports & open_ports)} on the host"
     else:
-        assert "WARNING: network: the host's network" in first
-        assert job_ports <= open_ports
+        assert "WARNING: network: the host's network" in first, first
+        assert job_ports <= open_ports, f"ports {sorted(job_ports - open_ports)} not on the host"
 
 
 @contextlib.contextmanager
@@ -418,8 +463,10 @@ def test_network_partition_between_hosts(tmp_path, data_dir, outage):
     timeout = 10
     with two_hosts() as (namespaces, link):
         port = portpicker.pick_unused_port()
-        jobs = {"chief": [f"10.213.7.1:{port}"], "worker": [f"10.213.7.2:{port}"]}
-        configs = tf_configs(jobs)
+        jobs = {CHIEF: [f"10.213.7.1:{port}"], WORKER: [f"10.213.7.2:{port}"]}
+        configs = {
+            c.role: c.to_json() for c in (ClusterConfig(jobs, CHIEF), ClusterConfig(jobs, WORKER))
+        }
         prefixes = {
             "chief-0": ("ip", "netns", "exec", namespaces[0]),
             "worker-0": ("ip", "netns", "exec", namespaces[1]),
@@ -445,18 +492,24 @@ def test_network_partition_between_hosts(tmp_path, data_dir, outage):
                     procs["chief-0"].process.wait(timeout=outage)
                 subprocess.run(["ip", "-n", namespaces[0], "link", "set", link, "up"], check=True)
                 codes = {role: p.wait(timeout=240) for role, p in procs.items()}
-    output = all_output(procs)
     if outage > timeout:
         print(f"partition detected: both tasks exited {detected:.1f} s after the link went down")
-        assert set(codes.values()) <= {exit_codes.PEER_FAILURE, exit_codes.STALLED}, output
-        assert detected <= timeout + 15, output
+        assert set(codes.values()) <= {exit_codes.PEER_FAILURE, exit_codes.STALLED}, report(
+            f"exit codes {codes}, expected 150 or 152", procs
+        )
+        assert detected <= timeout + 15, report(
+            f"both exited {detected:.1f} s after the link went down, expected <= {timeout + 15}",
+            procs,
+        )
     else:
-        assert codes == {"chief-0": 0, "worker-0": 0}, output
+        assert codes == {"chief-0": 0, "worker-0": 0}, report(
+            f"exit codes {codes}, expected 0", procs
+        )
         assert tf.train.latest_checkpoint(str(tmp_path)).endswith(f"model.ckpt-{steps}")
 
 
 def test_transient_error_on_one_worker_fails_the_job_instead_of_diverging(tmp_path, data_dir):
-    configs = tf_configs(local_jobs(2))
+    configs = local_tf_configs(2)
     args = task_args(
         tmp_path,
         data_dir,
@@ -467,11 +520,15 @@ def test_transient_error_on_one_worker_fails_the_job_instead_of_diverging(tmp_pa
     with tasks(configs, args) as procs:
         codes = {role: p.wait(timeout=120) for role, p in procs.items()}
     output = all_output(procs)
-    assert codes["worker-0"] in (exit_codes.PEER_FAILURE, exit_codes.SESSION_RECOVERY), output
-    assert "injected transient error on the worker" in output
+    assert codes["worker-0"] in (exit_codes.PEER_FAILURE, exit_codes.SESSION_RECOVERY), report(
+        f"exit codes {codes}, expected 150 or 153 on worker-0", procs
+    )
+    assert "injected transient error on the worker" in output, report("no injected error", procs)
     # TensorFlow's own log line when it silently re-creates a session and restores.
-    assert "a new session will be created" not in output
-    assert codes["chief-0"] in (exit_codes.PEER_FAILURE, exit_codes.STALLED), output
+    assert "a new session will be created" not in output, report("a session was re-created", procs)
+    assert codes["chief-0"] in (exit_codes.PEER_FAILURE, exit_codes.STALLED), report(
+        f"exit codes {codes}, expected 150 or 152 on chief-0", procs
+    )
 
 
 # --- a frozen task, and a model_dir that refuses writes ------------------------------
@@ -515,20 +572,26 @@ def test_frozen_worker_is_detected_within_the_stall_timeout_and_the_job_recovers
         code = launcher.wait(timeout=300)
     output = launcher.output
     print(f"frozen worker detected {detected:.1f} s after SIGSTOP (stall timeout {stall} s)")
-    assert not left_behind, f"the frozen worker (pid {frozen}) outlived the attempt:\n{output}"
-    assert detected < stall + 5, output
-    assert re.search(r"task chief-0 failed \(exit 152\): the global step stayed at \d+", output)
-    assert code == 0, output
+    assert not left_behind, report(f"the frozen worker (pid {frozen}) outlived the attempt", output)
+    assert detected < stall + 5, report(
+        f"the stall was detected {detected:.1f} s after SIGSTOP, expected < {stall + 5}", output
+    )
+    assert re.search(r"task chief-0 failed \(exit 152\): the global step stayed at \d+", output), (
+        report("chief-0 printed no exit-152 line", output)
+    )
+    assert code == 0, report(f"the launcher exited {code}, expected 0", output)
     assert re.search(
         r"\[launcher\] restart after attempt 0: chief exited with code 152 \(STALLED\)", output
-    ), output
-    assert "attempt 1 failed" not in output, output
+    ), report("the launcher reported no restart after the stall", output)
+    assert "attempt 1 failed" not in output, report("attempt 1 failed too", output)
     latest = tf.train.latest_checkpoint(str(tmp_path))
     assert latest.endswith(f"model.ckpt-{steps}"), latest
     assert tf.train.load_checkpoint(latest).get_tensor("global_step") == steps
     final = json.load(open(tmp_path / "eval_metrics.json"))
     assert final["final"] and final["metrics"]["global_step"] == steps
-    assert re.search(rf"\[launcher\] final evaluation: global_step={steps}, accuracy=", output)
+    assert re.search(rf"\[launcher\] final evaluation: global_step={steps}, accuracy=", output), (
+        report(f"no final evaluation at step {steps}", output)
+    )
 
 
 def mount_namespace_prefix(directory, size_mib):
@@ -579,6 +642,44 @@ def read_every_checkpoint(directory):
     return steps
 
 
+def read_logs(directory):
+    """The task logs in `directory`, by file name."""
+    logs = {}
+    for path in glob.glob(os.path.join(directory, "*.log")):
+        with open(path, errors="replace") as stream:
+            logs[os.path.basename(path)] = stream.read()
+    return logs
+
+
+def unannounced_log_losses(output, logs):
+    """Says which task's shown lines are missing from its log with no word from the launcher.
+
+    The launcher shows a task's line as it is, or only its message (after `WARNING: ` or
+    `FATAL: `), so each shown line, without those, must be somewhere in the task's log.
+
+    Args:
+      output: A launcher's output; `[chief] ` lines come from `logs/chief-0.log`, and so on.
+      logs: The log files' contents, by file name.
+    """
+    lost = []
+    for name, text in by_task(output).items():
+        if name in ("launcher", "output"):
+            continue
+        log = f"{name}-0.log" if name in (CHIEF, "evaluator") else f"{name}.log"
+        said = rf"^\[launcher\] cannot write \S+/logs/{re.escape(log)} "
+        if re.search(said, output, re.MULTILINE):
+            continue
+        written = logs.get(log, "")
+        shown = [re.sub(r"^(?:WARNING|FATAL): ", "", line) for line in text.splitlines()]
+        missing = [line for line in shown if line not in written]
+        if missing:
+            lost.append(
+                f"{len(missing)} line(s) of {name} are not in logs/{log}, and the launcher did not "
+                f"say it could not write them; the last: {missing[-1][:160]!r}"
+            )
+    return lost
+
+
 #: What every refused write says, with the path and the free space.
 UNWRITABLE = (
     r"task (?:local|chief-0|worker-0) failed \(exit 9\): cannot write the (?P<what>.+?) to "
@@ -613,10 +714,16 @@ def test_full_model_dir_exits_9_naming_the_path_and_keeps_its_checkpoints(tmp_pa
         ),
         output,
     )
-    assert code == exit_codes.MODEL_DIR_UNWRITABLE, output
-    assert found, output
+    assert code == exit_codes.MODEL_DIR_UNWRITABLE, report(
+        f"exited {code}, expected 9", {"train": run}
+    )
+    assert found, report(
+        "no exit-9 line naming the path, the free space and the fix", {"train": run}
+    )
     print(f"the disk filled up; the first refused write: the {found['what']}, {found['path']}")
-    assert max(steps) == int(found["step"]) >= 50, (steps, output)
+    assert max(steps) == int(found["step"]) >= 50, report(
+        f"checkpoints of steps {steps}; the failure named step {found['step']}", {"train": run}
+    )
 
 
 def test_read_only_model_dir_fails_the_job_at_once_with_exit_9(tmp_path, data_dir):
@@ -643,7 +750,7 @@ def test_read_only_model_dir_fails_the_job_at_once_with_exit_9(tmp_path, data_di
         code = int(launcher.wait_for_line(r"^exited with (\d+)", 120).group(1))
         steps = read_every_checkpoint(inside)
     output = launcher.output
-    assert code == exit_codes.MODEL_DIR_UNWRITABLE, output
+    assert code == exit_codes.MODEL_DIR_UNWRITABLE, report(f"the launcher exited {code}", output)
     found = re.search(
         UNWRITABLE.format(
             model_dir=re.escape(str(model_dir)),
@@ -652,17 +759,20 @@ def test_read_only_model_dir_fails_the_job_at_once_with_exit_9(tmp_path, data_di
         ),
         output,
     )
-    assert found, output
+    assert found, report("no exit-9 line naming the path, the free space and the fix", output)
     print(f"read-only; the first refused write: the {found['what']}, {found['path']}")
-    assert max(steps) == int(found["step"]) >= 50, (steps, output)
+    assert max(steps) == int(found["step"]) >= 50, report(
+        f"checkpoints of steps {steps}; the failure named step {found['step']}", output
+    )
     assert re.search(
         r"\[launcher\] attempt 0 failed: (chief|worker-0) exited with code 9 "
         r"\(MODEL_DIR_UNWRITABLE\): cannot write the",
         output,
-    ), output
-    assert "job failed (not retryable)" in output
-    assert "restarting the whole cluster" not in output
-    assert len(re.findall(r"\[launcher\] started chief ", output)) == 1, output
+    ), report("the launcher did not blame attempt 0 on the refused write", output)
+    assert "job failed (not retryable)" in output, report("no 'job failed (not retryable)'", output)
+    assert "restarting the whole cluster" not in output, report("the job was restarted", output)
+    starts = len(re.findall(r"\[launcher\] started chief ", output))
+    assert starts == 1, report(f"the chief started {starts} times, expected once", output)
 
 
 def test_model_dir_without_write_permission_exits_9(tmp_path, data_dir):
@@ -684,10 +794,15 @@ def test_model_dir_without_write_permission_exits_9(tmp_path, data_dir):
         ),
         output,
     )
-    assert code == exit_codes.MODEL_DIR_UNWRITABLE, output
-    assert found, output
+    assert code == exit_codes.MODEL_DIR_UNWRITABLE, report(
+        f"exited {code}, expected 9", {"train": run}
+    )
+    assert found, report("no exit-9 line naming the path and the fix", {"train": run})
     print(f"no permission; the first refused write: the {found['what']}, {found['path']}")
-    assert max(read_every_checkpoint(str(model_dir))) == int(found["step"]) >= 50, output
+    steps = read_every_checkpoint(str(model_dir))
+    assert max(steps) == int(found["step"]) >= 50, report(
+        f"checkpoints of steps {steps}; the failure named step {found['step']}", {"train": run}
+    )
 
 
 def test_model_dir_without_write_permission_from_the_start_exits_9_before_training(
@@ -700,12 +815,14 @@ def test_model_dir_without_write_permission_from_the_start_exits_9_before_traini
     with Background("estimator_dist.train", args, prefix=unprivileged) as run:
         code = run.wait(timeout=120)
     output = run.output
-    assert code == exit_codes.MODEL_DIR_UNWRITABLE, output
+    assert code == exit_codes.MODEL_DIR_UNWRITABLE, report(
+        f"exited {code}, expected 9", {"train": run}
+    )
     assert re.search(
         rf"task local failed \(exit 9\): cannot write the .+? to {re.escape(str(model_dir))}: "
         r"Permission denied \(.+\)\. No checkpoint had been written yet\.",
         output,
-    ), output
+    ), report("no exit-9 line saying no checkpoint had been written", {"train": run})
     assert not os.listdir(model_dir)
 
 
@@ -732,14 +849,20 @@ def test_full_model_dir_under_the_launcher_fails_at_once_with_exit_9(tmp_path, d
                     filler.write(bytes(1 << 20))
         code = int(launcher.wait_for_line(r"^exited with (\d+)", 120).group(1))
         steps = read_every_checkpoint(inside)
+        logs = read_logs(os.path.join(inside, "logs"))
     output = launcher.output
-    assert code == exit_codes.MODEL_DIR_UNWRITABLE, output
+    assert code == exit_codes.MODEL_DIR_UNWRITABLE, report(f"the launcher exited {code}", output)
     assert re.search(
         r"\[launcher\] attempt 0 failed: \S+ exited with code 9 \(MODEL_DIR_UNWRITABLE\): "
         r"cannot write the .+No space left on device",
         output,
-    ), output
-    assert "job failed (not retryable)" in output
-    assert "restarting the whole cluster" not in output
-    assert re.search(r"\[launcher\] cannot write \S+/logs/\S+\.log \(No space left", output)
-    assert max(steps) >= 50, output
+    ), report("the launcher did not blame attempt 0 on the full filesystem", output)
+    assert "job failed (not retryable)" in output, report("no 'job failed (not retryable)'", output)
+    assert "restarting the whole cluster" not in output, report("the job was restarted", output)
+    # Whether a log line finds no room depends on timing (the room left in the log's last
+    # page, the old checkpoints the chief deletes), but no line may go missing unannounced.
+    lost = unannounced_log_losses(output, logs)
+    assert not lost, report("; ".join(lost), output)
+    refused = re.findall(r"\[launcher\] cannot write \S+/logs/(\S+\.log) \(No space left", output)
+    print(f"the disk filled up; task logs the launcher could not write: {refused or 'none'}")
+    assert max(steps) >= 50, report(f"checkpoints of steps {steps}, expected one >= 50", output)

@@ -7,6 +7,7 @@ Each program's flags are read by importing its module in a process of its own
 import difflib
 import pathlib
 
+import pytest
 from absl import flags
 
 from estimator_dist import flag_reference, train
@@ -15,6 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOC = ROOT / flag_reference.DOC_PATH
 
 
+@pytest.mark.multiprocess
 def test_docs_flags_md_is_the_generated_reference():
     expected = flag_reference.render()
     actual = DOC.read_text(encoding="utf-8") if DOC.exists() else ""

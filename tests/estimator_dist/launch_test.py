@@ -180,6 +180,7 @@ def assert_final_checkpoint(model_dir, step, step_key="global_step"):
     assert reader.get_tensor(step_key) == step
 
 
+@pytest.mark.multiprocess
 def test_two_workers_and_evaluator_over_ring(tmp_path, data_dir):
     run = launch(
         tmp_path,
@@ -239,6 +240,7 @@ def test_two_workers_and_evaluator_over_ring(tmp_path, data_dir):
 
 
 # AUTO runs in every case of equivalence_test.py, which checks it used RING.
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("communication", ["nccl"])
 def test_nccl_without_gpu_runs_ring(tmp_path, data_dir, communication):
     run = launch(
@@ -255,6 +257,7 @@ def test_nccl_without_gpu_runs_ring(tmp_path, data_dir, communication):
     assert (NCCL_WITHOUT_GPU_MESSAGE in chief_log) == (communication.upper() == "NCCL")
 
 
+@pytest.mark.multiprocess
 def test_parameter_server_roles(tmp_path, data_dir):
     run = launch(
         tmp_path,
@@ -276,6 +279,7 @@ def test_parameter_server_roles(tmp_path, data_dir):
     assert run.json("eval_metrics.json")["metrics"]["global_step"] >= 60
 
 
+@pytest.mark.multiprocess
 def test_failing_task_stops_every_task(tmp_path, data_dir):
     run = launch(
         tmp_path,
@@ -293,6 +297,7 @@ def test_failing_task_stops_every_task(tmp_path, data_dir):
     assert not os.path.exists(os.path.join(run.model_dir, "eval_metrics.json"))
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize(
     "launcher_args, train_args, fragment",
     [
@@ -336,6 +341,7 @@ def started_pids(launcher, count):
     ]
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("name", sorted(INTERRUPTS))
 def test_interrupt_checkpoints_stops_every_task_and_exits_128_plus_the_signal(
     tmp_path, data_dir, name
@@ -388,6 +394,7 @@ def reaped(pid):
         return False
 
 
+@pytest.mark.multiprocess
 def test_tasks_never_outlive_a_killed_launcher(tmp_path, data_dir, subreaper):
     args = [
         "--num_workers=2",
@@ -415,6 +422,7 @@ def test_tasks_never_outlive_a_killed_launcher(tmp_path, data_dir, subreaper):
     assert [pid for pid in pids if process_exists(pid)] == [], "a zombie or orphan is left"
 
 
+@pytest.mark.multiprocess
 def test_a_killed_evaluator_is_restarted_alone_and_training_goes_on(tmp_path, data_dir):
     steps = 1200
     args = [
@@ -449,6 +457,7 @@ def test_a_killed_evaluator_is_restarted_alone_and_training_goes_on(tmp_path, da
     assert final["final"] and final["metrics"]["global_step"] == steps
 
 
+@pytest.mark.multiprocess
 def test_a_preempted_task_restarts_the_job_with_no_step_lost(tmp_path, data_dir):
     # No periodic checkpoint: only the preemption's own save can keep the steps.
     steps = 500
@@ -479,6 +488,7 @@ def test_a_preempted_task_restarts_the_job_with_no_step_lost(tmp_path, data_dir)
     assert_final_checkpoint(str(tmp_path / "model"), steps)
 
 
+@pytest.mark.multiprocess
 def test_with_parameter_servers_sigterm_saves_and_every_task_leaves(tmp_path, data_dir):
     model_dir = tmp_path / "model"
     args = [

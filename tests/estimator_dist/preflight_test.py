@@ -201,6 +201,7 @@ def proximal_model_fn(features, labels, mode):
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
 
 
+@pytest.mark.multiprocess
 def test_an_optimizer_no_strategy_can_run_is_named_with_its_replacements(tmp_path):
     run = run_module(
         "estimator_dist.train",

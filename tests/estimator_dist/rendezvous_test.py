@@ -185,6 +185,7 @@ def test_second_task_with_the_same_index_on_one_host_fails_on_its_port():
     assert results["chief-0"] is None
 
 
+@pytest.mark.slow
 def test_late_task_is_not_taken_for_a_second_claim_of_a_role(monkeypatch):
     """BUG: a task that waits longer than _IO_TIMEOUT for the verdict reconnects.
 
@@ -220,6 +221,7 @@ def test_late_task_is_not_taken_for_a_second_claim_of_a_role(monkeypatch):
 # --- timeout ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_missing_worker_times_out_naming_it():
     cluster = local_cluster(3)
     missing = task(cluster, "worker-1")

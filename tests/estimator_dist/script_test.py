@@ -65,6 +65,7 @@ def assert_trained(run, steps, role, num_workers, bound):
     assert record["script_args"][0] == f"--model_dir={run.model_dir}"
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("name", sorted(WHOLE))
 def test_whole_script_in_one_process(tmp_path, name):
     script, args, steps, bound = WHOLE[name]
@@ -79,6 +80,7 @@ def test_whole_script_in_one_process(tmp_path, name):
     assert f"{MAX_STEPS_MARKER}{steps} in model_dir {model_dir} (task local)" in run.output
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("name", sorted(WHOLE))
 def test_whole_script_on_two_workers_and_an_evaluator(tmp_path, name):
     script, args, steps, bound = WHOLE[name]
@@ -114,6 +116,7 @@ def test_whole_script_on_two_workers_and_an_evaluator(tmp_path, name):
     ]
 
 
+@pytest.mark.multiprocess
 def test_script_on_tasks_whose_tf_config_a_platform_wrote(tmp_path):
     """No launcher: three tasks started by hand with Kubeflow's TF_CONFIG dialect."""
     script, args, steps, bound = WHOLE["migration_guide_tf1"]
@@ -223,6 +226,7 @@ def launch_script(tmp_path, script, *launcher_args):
     )
 
 
+@pytest.mark.multiprocess
 def test_a_strategy_the_script_builds_itself_is_kept(tmp_path):
     # The evaluator builds it too, where TensorFlow alone raises KeyError: 'evaluator'.
     config = (
@@ -240,6 +244,7 @@ def test_a_strategy_the_script_builds_itself_is_kept(tmp_path):
     assert run.json("eval_metrics.json")["metrics"]["global_step"] == 50
 
 
+@pytest.mark.multiprocess
 def test_estimator_train_on_a_cluster_fails_at_once(tmp_path):
     script, line = write_script(
         tmp_path, "train_call.py", call="estimator.train(input_fn, max_steps=50)"
@@ -262,6 +267,7 @@ def test_estimator_train_on_a_cluster_fails_at_once(tmp_path):
     assert elapsed < startup_timeout / 5, f"{elapsed:.1f} s\n{run.describe()}"
 
 
+@pytest.mark.multiprocess
 def test_a_model_fn_that_raises_exits_5_and_is_not_restarted(tmp_path):
     start = """
         if not isinstance(features, dict):
@@ -279,6 +285,7 @@ def test_a_model_fn_that_raises_exits_5_and_is_not_restarted(tmp_path):
     assert not os.path.exists(os.path.join(run.model_dir, "eval_metrics.json"))
 
 
+@pytest.mark.multiprocess
 def test_the_same_failure_at_the_same_checkpoint_step_is_not_retried(tmp_path):
     # The worker dies the same way in every attempt, before any checkpoint, as an
     # out-of-memory kill while building the graph would.
@@ -297,6 +304,7 @@ def test_the_same_failure_at_the_same_checkpoint_step_is_not_retried(tmp_path):
     ) in run.output
 
 
+@pytest.mark.multiprocess
 def test_sigterm_stops_a_script_job_at_one_checkpointed_step(tmp_path):
     script, _, _, _ = WHOLE["migration_guide_tf1"]
     model_dir = str(tmp_path / "model")
@@ -324,6 +332,7 @@ def test_sigterm_stops_a_script_job_at_one_checkpointed_step(tmp_path):
     assert latest.endswith(f"model.ckpt-{stopped.group(1)}"), (latest, output)
 
 
+@pytest.mark.multiprocess
 def test_script_model_dir_must_be_the_launchers(tmp_path):
     script, args, _, _ = WHOLE["migration_guide_tf1"]
     run = run_module(
@@ -343,6 +352,7 @@ def test_script_model_dir_must_be_the_launchers(tmp_path):
     assert not (tmp_path / "other" / "checkpoint").exists()
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize(
     "name, script_args, fragment",
     [
@@ -364,6 +374,7 @@ def test_bad_script_job_fails_before_any_task_starts(tmp_path, name, script_args
     assert "started" not in run.output
 
 
+@pytest.mark.multiprocess
 def test_script_flags_are_refused_without_script(tmp_path):
     run = run_module(
         "estimator_dist.launch",
@@ -375,6 +386,7 @@ def test_script_flags_are_refused_without_script(tmp_path):
     assert "--communication is a flag of --script jobs" in run.output
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("name", sorted(WHOLE))
 def test_check_says_a_whole_script_will_run(name):
     script = os.path.join(SCRIPTS, WHOLE[name][0])
@@ -384,6 +396,7 @@ def test_check_says_a_whole_script_will_run(name):
     assert "tf.estimator.train_and_evaluate at line " in line
 
 
+@pytest.mark.multiprocess
 def test_check_says_a_script_calling_train_will_not_run(tmp_path):
     script, line = write_script(
         tmp_path, "train_call.py", call="estimator.train(input_fn, max_steps=50)"

@@ -355,6 +355,7 @@ def test_describe_exit_of_a_real_time_signal():
     assert "40" in description
 
 
+@pytest.mark.multiprocess
 def test_supervise_reports_a_task_killed_by_a_real_time_signal(tmp_path):
     job = Job(tmp_path)
     job.exit("worker-0", -40)
@@ -406,6 +407,7 @@ def pump(tmp_path, lines, verbose=False):
     return "".join(echoed), (tmp_path / "chief-0.log").read_text()
 
 
+@pytest.mark.multiprocess
 def test_a_task_that_says_so_shows_only_what_people_need_and_logs_everything(tmp_path):
     shown, log = pump(tmp_path, [PROTOCOL_LINE, *TASK_LINES])
     assert shown == (
@@ -416,12 +418,14 @@ def test_a_task_that_says_so_shows_only_what_people_need_and_logs_everything(tmp
     assert log == "\n".join([PROTOCOL_LINE, *TASK_LINES]) + "\n"
 
 
+@pytest.mark.multiprocess
 def test_verbose_shows_every_line(tmp_path):
     shown, log = pump(tmp_path, [PROTOCOL_LINE, *TASK_LINES], verbose=True)
     assert shown == "".join(f"[chief] {line}\n" for line in TASK_LINES)
     assert log == "\n".join([PROTOCOL_LINE, *TASK_LINES]) + "\n"
 
 
+@pytest.mark.multiprocess
 def test_a_task_that_does_not_say_so_shows_every_line(tmp_path):
     shown, _ = pump(tmp_path, TASK_LINES)
     assert shown == "".join(f"[chief] {line}\n" for line in TASK_LINES)

@@ -8,6 +8,8 @@ import tensorflow as tf
 
 from tests.procs import run_module
 
+pytestmark = pytest.mark.multiprocess
+
 TIMEOUT = 180
 
 

@@ -75,6 +75,7 @@ def test_the_table_has_at_least_50_inputs():
     assert len(TF_CONFIG_CASES) + len(FLAG_CASES) >= 50
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("tf_config", TF_CONFIG_CASES)
 def test_malformed_tf_config(tmp_path, tf_config):
     model_dir = str(tmp_path / "model")
@@ -90,6 +91,7 @@ def test_malformed_tf_config(tmp_path, tf_config):
     assert "Invalid TF_CONFIG" in run.output
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("args", FLAG_CASES, ids=" ".join)
 def test_bad_flag(tmp_path, args):
     model_dir = str(tmp_path / "model")

@@ -18,7 +18,7 @@ import tensorflow as tf
 from tensorflow.python.training import monitored_session
 
 from estimator_dist import watchdog
-from estimator_dist.base import exit_codes
+from estimator_dist.base import exit_codes, tf_patches
 from estimator_dist.watchdog import EvaluatorWatchdog, Watchdog, unreachable
 
 pytestmark = pytest.mark.timeout(60)
@@ -238,7 +238,19 @@ def test_session_created_after_a_step_is_session_recovery():
 # --- fail-fast arming ---------------------------------------------------------
 
 
-def test_first_progress_arms_fail_fast(restore_preemption_errors):
+@pytest.fixture
+def patched():
+    """The package's TensorFlow patches, as the driver installs them (fail-fast needs them)."""
+    already = tf_patches.installed()
+    tf_patches.install()
+    try:
+        yield
+    finally:
+        if not already:
+            tf_patches.uninstall()
+
+
+def test_first_progress_arms_fail_fast(restore_preemption_errors, patched):
     assert restore_preemption_errors != ()
     dog, _, _ = make_watchdog()
     dog.session_created()
@@ -352,6 +364,88 @@ def test_hook_reports_sessions_and_steps():
     assert dog.step == 9
     hook.after_create_session(session=None, coord=None)
     assert exits.codes == [exit_codes.SESSION_RECOVERY]
+
+
+def test_a_check_asks_the_hook_for_one_fresh_step():
+    dog, clock, _ = make_watchdog()
+    hook = dog.hook()
+    with tf.Graph().as_default():
+        tf.compat.v1.train.get_or_create_global_step()
+        hook.begin()
+    assert hook.before_run(None) is not None, "the first step is fetched"
+    hook.after_run(None, SimpleNamespace(results=1))
+    assert hook.before_run(None) is None
+    hook.after_run(None, SimpleNamespace(results=None))
+    assert dog.step == 1
+    clock.now += 1
+    dog.check()
+    assert hook.before_run(None) is not None
+    hook.after_run(None, SimpleNamespace(results=40))
+    assert (dog.step, hook.before_run(None)) == (40, None)
+
+
+def test_a_slow_step_in_flight_when_the_check_asks_counts_as_progress():
+    # Steps of 0.6 x the stall timeout: the step running at a check ends before
+    # the next one fetches, and the watchdog must not wait for that fetch.
+    dog, clock, exits = make_watchdog()
+    hook = dog.hook()
+    dog.progress(1)
+    for _ in range(5):
+        clock.now += STALL * 0.6
+        dog.check()
+        hook.after_run(None, SimpleNamespace(results=None))  # the step in flight ends
+        clock.now += STALL * 0.6
+        dog.check()
+        hook.after_run(None, SimpleNamespace(results=dog.step + 1))  # the next one fetched
+    assert exits.calls == []
+    clock.now += STALL + 0.01
+    dog.check()
+    assert exits.codes == [exit_codes.STALLED]
+
+
+class CountingHook(tf.compat.v1.train.SessionRunHook):
+    """Passes every call on to `inner`; counts the runs and the runs that fetched something."""
+
+    def __init__(self, inner, every=None, action=None):
+        self.inner, self.every, self.action = inner, every, action
+        self.runs = self.fetches = 0
+
+    def begin(self):
+        self.inner.begin()
+
+    def after_create_session(self, session, coord):
+        self.inner.after_create_session(session, coord)
+
+    def before_run(self, run_context):
+        self.runs += 1
+        if self.every and self.runs % self.every == 0:
+            self.action()
+        request = self.inner.before_run(run_context)
+        self.fetches += request is not None
+        return request
+
+    def after_run(self, run_context, run_values):
+        self.inner.after_run(run_context, run_values)
+
+    def end(self, session):
+        self.inner.end(session)
+
+
+def _repeated_input():
+    return _finite_input().repeat()
+
+
+def test_the_hook_fetches_the_global_step_once_in_100_steps_not_every_step(tmp_path):
+    # A real Estimator: one fetch (the first step) in 100 steps, and one more
+    # for each check of the watchdog's thread (here by hand every 40 steps).
+    exits = Exits()
+    dog = Watchdog("worker-1", {}, STARTUP, STALL, last_step=100, exit_fn=exits)
+    counting = CountingHook(dog.hook(), every=40, action=dog.check)
+    estimator = tf.estimator.Estimator(_regression_model_fn, model_dir=str(tmp_path))
+    estimator.train(_repeated_input, hooks=[counting], max_steps=100)
+    assert (counting.runs, counting.fetches) == (100, 3)
+    assert dog.step in (79, 80), "the step of the last fetch, at run 80"
+    assert exits.calls == []
 
 
 # --- unreachable and fail -----------------------------------------------------

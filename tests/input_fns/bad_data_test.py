@@ -18,11 +18,7 @@ from tests.procs import run_module
 TIMEOUT = 240
 
 
-@pytest.fixture(autouse=True)
-def fresh_counter():
-    bad_data.COUNTER.reset()
-    yield
-    bad_data.COUNTER.reset()
+pytestmark = pytest.mark.usefixtures("fresh_bad_data_counter")
 
 
 def assert_fails_with(message):
@@ -112,6 +108,7 @@ def assert_checkpoints_load(model_dir):
     return state
 
 
+@pytest.mark.multiprocess
 def test_skip_bad_records_trains_on_and_reports_the_count(tmp_path):
     params = write_job_data(tmp_path, bad_id=50) + ",skip_bad_records=true"
     model_dir = str(tmp_path / "model")
@@ -125,6 +122,7 @@ def test_skip_bad_records_trains_on_and_reports_the_count(tmp_path):
     assert_checkpoints_load(model_dir)
 
 
+@pytest.mark.multiprocess
 def test_bad_record_on_one_worker_stops_the_job_with_exit_3_and_checkpoints_load(tmp_path):
     # Two files: by-file sharding gives file 1 (odd ids) to worker 1. Read in order
     # (shuffle_buffer=1), its record 300 (id 601) comes at about step 70 of 4 per

@@ -126,6 +126,7 @@ def test_fail_with_arrays_of_different_lengths(tmp_path):
         convert(ConvertConfig(f"npz:{path}", str(tmp_path / "out"), 2))
 
 
+@pytest.mark.multiprocess
 def test_command_prints_what_to_train_with(tmp_path):
     path, _ = write_npz(tmp_path)
     output = str(tmp_path / "out")

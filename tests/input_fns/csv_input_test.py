@@ -15,11 +15,7 @@ TRAIN = tf.estimator.ModeKeys.TRAIN
 EVAL = tf.estimator.ModeKeys.EVAL
 
 
-@pytest.fixture(autouse=True)
-def fresh_counter():
-    bad_data.COUNTER.reset()
-    yield
-    bad_data.COUNTER.reset()
+pytestmark = pytest.mark.usefixtures("fresh_bad_data_counter")
 
 
 def write(tmp_path, text, name="data.csv"):

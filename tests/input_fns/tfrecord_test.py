@@ -16,11 +16,7 @@ TRAIN = tf.estimator.ModeKeys.TRAIN
 EVAL = tf.estimator.ModeKeys.EVAL
 
 
-@pytest.fixture(autouse=True)
-def fresh_counter():
-    bad_data.COUNTER.reset()
-    yield
-    bad_data.COUNTER.reset()
+pytestmark = pytest.mark.usefixtures("fresh_bad_data_counter")
 
 
 @pytest.fixture
@@ -77,6 +73,7 @@ def first_ids(pattern, **params):
     return [i for features, _ in dataset.take(8) for i in features["id"].numpy().tolist()]
 
 
+@pytest.mark.slow
 def test_a_seed_makes_the_order_deterministic(pattern):
     assert first_ids(pattern, seed=3) == first_ids(pattern, seed=3)
     assert first_ids(pattern, seed=3) != first_ids(pattern, seed=4)
@@ -109,6 +106,7 @@ def test_sharding_decision_and_batch_sizes_are_logged(pattern, caplog, pipelines
     assert message.endswith(expected + ".")
 
 
+@pytest.mark.slow
 def test_cache_keeps_the_records_after_the_files_are_gone(tmp_path):
     pattern = data.write_tfrecords(str(tmp_path / "data"), 2, 20)
     # Shuffle buffer > data: the first batch reads the whole first epoch.

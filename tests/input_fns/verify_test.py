@@ -40,6 +40,7 @@ READERS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reader", sorted(READERS))
 @pytest.mark.parametrize(
     "files", [6, 5, 1], ids=["files-divisible", "files-not-divisible", "one-file-by-record"]
@@ -55,6 +56,7 @@ def test_file_readers_shards_are_disjoint_and_complete_for_2_and_3_workers(tmp_p
         assert all(count > 0 for count in report.read.values()), report.format()
 
 
+@pytest.mark.slow
 def test_content_hashes_identify_records_without_an_id_feature(tmp_path):
     pattern = data.write_tfrecords(str(tmp_path / "data"), 5, 40)
     params = data.tfrecord_params(pattern)
@@ -64,6 +66,7 @@ def test_content_hashes_identify_records_without_an_id_feature(tmp_path):
     assert report.ok, report.format()
 
 
+@pytest.mark.slow
 def test_tfds_shards_are_disjoint_and_complete(tmp_path, data_dir):
     params = {"data_dir": data_dir}
     reference = verify.reference_ids(digits.input_fn, params)
@@ -89,6 +92,7 @@ def test_synthetic_shards_are_disjoint_and_complete(tmp_path):
 # --- negative controls --------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reader", ["tfrecord", "csv"])
 def test_a_forgotten_shard_is_reported_as_overlapping(tmp_path, reader):
     input_fn, params = READERS[reader](str(tmp_path / "data"), 4, 40)
@@ -109,6 +113,7 @@ def test_a_forgotten_shard_is_reported_as_overlapping(tmp_path, reader):
     assert "read by more than one pipeline" in report.format()
 
 
+@pytest.mark.slow
 def test_a_missing_file_is_reported_as_missing_examples(tmp_path):
     pattern = data.write_tfrecords(str(tmp_path / "data"), 4, 40)
     params = data.tfrecord_params(pattern, id_feature="id")
@@ -221,6 +226,7 @@ def params_dict(text):
     return parse_params_flag(text)
 
 
+@pytest.mark.multiprocess
 def test_real_workers_read_disjoint_complete_shards(tmp_path, digits_tfrecords):
     ids_dir = tmp_path / "ids"
     params = f"{digits_tfrecords},id_feature=id,record_read_ids={ids_dir}"
@@ -237,6 +243,7 @@ def test_real_workers_read_disjoint_complete_shards(tmp_path, digits_tfrecords):
     assert "takes no `input_context`" not in chief_log
 
 
+@pytest.mark.multiprocess
 def test_real_workers_without_input_context_overlap_and_are_warned(tmp_path, digits_tfrecords):
     ids_dir = tmp_path / "ids"
     params = f"{digits_tfrecords},id_feature=id,record_read_ids={ids_dir}"
@@ -257,6 +264,7 @@ def test_real_workers_without_input_context_overlap_and_are_warned(tmp_path, dig
         assert "input_fn tests.task_inputs:unsharded_tfrecord takes no `input_context`" in log
 
 
+@pytest.mark.multiprocess
 def test_verify_command_simulates_workers(tmp_path):
     pattern = data.write_tfrecords(str(tmp_path / "data"), 3, 30)
     args = [

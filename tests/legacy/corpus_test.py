@@ -62,6 +62,8 @@ from estimator_dist.user_code import DEFAULT_EVAL_STEPS
 from tests.equivalence import TOLERANCE, checkpoint_variables, max_difference
 from tests.procs import Run, run_module
 
+pytestmark = pytest.mark.multiprocess
+
 PACKAGE = "tests.legacy"
 ONE_PROCESS_TIMEOUT = 240
 CLUSTER_TIMEOUT = 300  # the launcher's --timeout_secs; the test waits 30 s more

@@ -77,6 +77,7 @@ def test_keras_optimizer_factories(name, expected):
 # Small graphs keep this cheap: the linear parts on 4 iris features, the
 # regression head on a DNN (a linear model on diabetes's 10 features takes
 # several times longer to build).
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name, dataset, extra, metric",
     [

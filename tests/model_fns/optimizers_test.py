@@ -104,6 +104,7 @@ def _train(model_dir, batch, strategy, model_fn=None, **params):
     return tf.train.load_checkpoint(str(model_dir))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", [None, "mirrored"])
 def test_k_micro_batches_equal_one_batch_k_times_larger(tmp_path, strategy):
     def make():
@@ -193,6 +194,7 @@ def _train_in_micro_batches(model_dir, batch, micro_batches, accumulation, strat
     return _train(model_dir, batch, strategy, _micro_batch_model_fn, **params)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", [None, "mirrored"])
 def test_micro_batches_and_accumulation_equal_one_whole_batch(tmp_path, strategy):
     def make():

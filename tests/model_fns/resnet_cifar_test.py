@@ -240,6 +240,7 @@ def bn_variables(name):
     return [v for v in tf.compat.v1.global_variables() if name in v.name]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "extra",
     [{}, {"batch_norm": "sync"}, {"virtual_batch_size": 2, "dtype": "float64"}],
@@ -314,6 +315,7 @@ def checkpoint(model_dir, step):
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
 
 
+@pytest.mark.multiprocess
 def test_train_writes_checkpoint_and_eval_metrics_and_moves_batch_norm_statistics(tmp_path):
     model_dir = str(tmp_path / "resnet")
     run = run_module(

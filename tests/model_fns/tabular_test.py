@@ -142,6 +142,7 @@ def test_wide_and_deep_trains_both_parts_with_their_own_optimizers():
     assert any(changed[: len(linear)]) and any(changed[len(linear) :])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["dnn_classifier", "wide_and_deep"])
 def test_initial_weights_depend_only_on_the_seed(model):
     def initial(seed, graph_seed):
@@ -246,6 +247,7 @@ def test_feature_specs_from_params_select_the_features():
         assert kernel.shape.as_list() == [1, 8]
 
 
+@pytest.mark.slow
 def test_estimator_trains_evaluates_predicts_and_exports(tmp_path):
     params = {**SMALL, "dataset": "iris", "n_classes": 3, "batch_size": 16, "shuffle_buffer": 0}
 

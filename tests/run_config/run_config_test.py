@@ -12,12 +12,6 @@ from run_config.run_config import (
 )
 
 
-@pytest.fixture(autouse=True)
-def no_tf_config(monkeypatch):
-    # RunConfig and MultiWorkerMirroredStrategy both read TF_CONFIG.
-    monkeypatch.delenv("TF_CONFIG", raising=False)
-
-
 @pytest.mark.parametrize("model_dir", ["", None])
 def test_fail_with_empty_model_dir(model_dir):
     with pytest.raises(UsageError, match="model_dir must be a non-empty path") as raised:

@@ -11,7 +11,6 @@ import logging
 import pytest
 import tensorflow as tf
 
-from estimator_dist.base import tf_patches
 from estimator_dist.base.cluster import ClusterConfig, parse_tf_config
 from estimator_dist.base.errors import UsageError
 from run_config import strategies
@@ -38,16 +37,8 @@ CHIEF_ONLY = {"chief": ["h0:2000"]}
 WITH_PS = {"chief": ["h0:2000"], "worker": ["h1:2000"], "ps": ["h2:2000"]}
 
 
-@pytest.fixture(autouse=True)
-def no_tf_config(monkeypatch):
-    monkeypatch.delenv("TF_CONFIG", raising=False)
-
-
-@pytest.fixture(autouse=True)
-def patched():
-    tf_patches.install()
-    yield
-    tf_patches.uninstall()
+# TF_CONFIG is unset for every test (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("tf_patches_installed")
 
 
 def cluster(jobs, task_type, index=0):

@@ -1,9 +1,11 @@
 """TF_CONFIG parsing, validation, normalisation and local generation."""
 
+import doctest
 import json
 
 import pytest
 
+from estimator_dist.base import cluster as cluster_lib
 from estimator_dist.base.cluster import (
     TF_CONFIG_SOURCE_NOTE,
     ClusterConfig,
@@ -172,6 +174,18 @@ def test_local_cluster_configs_parse_back():
     assert addresses == ["localhost:2001", "localhost:2002", "localhost:2003", "localhost:2004"]
 
 
+def test_local_cluster_gives_each_task_its_tf_config_by_role():
+    cluster = make_local_cluster(2, ports=[2001, 2002], evaluator=True, host="10.0.0.1")
+    configs = cluster.tf_configs()
+    assert list(configs) == ["chief-0", "worker-0", "evaluator-0"]
+    for role, raw in configs.items():
+        assert json.loads(raw)["cluster"] == {
+            "chief": ["10.0.0.1:2001"],
+            "worker": ["10.0.0.1:2002"],
+        }
+        assert parse_tf_config(raw).role == role
+
+
 @pytest.mark.parametrize(
     "kwargs, fragment",
     [
@@ -183,3 +197,7 @@ def test_local_cluster_configs_parse_back():
 def test_fail_with_bad_local_cluster_arguments(kwargs, fragment):
     with pytest.raises(ValueError, match=fragment):
         make_local_cluster(**kwargs)
+
+
+def test_docstring_examples_hold():
+    assert doctest.testmod(cluster_lib).failed == 0

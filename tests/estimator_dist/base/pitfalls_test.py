@@ -177,6 +177,7 @@ def test_preflight_refuses_a_fatal_pitfall_before_anything_is_written(tmp_path, 
     assert not (tmp_path / "model").exists()
 
 
+@pytest.mark.multiprocess
 def test_check_command_reports_the_legacy_script_and_passes_its_migrated_version():
     before = run_module("estimator_dist.check", [f"--script={LEGACY}/before.py"], 120, check=False)
     assert before.returncode == 2, before.describe()

@@ -12,12 +12,7 @@ from estimator_dist.base import tf_patches
 from estimator_dist.job import JobConfig
 from run_config.run_config import RunConfigOptions
 
-
-@pytest.fixture(autouse=True)
-def patched():
-    tf_patches.install()
-    yield
-    tf_patches.uninstall()
+pytestmark = pytest.mark.usefixtures("tf_patches_installed")
 
 
 def _recording_model_fn(seen):

@@ -32,16 +32,8 @@ TABLE = [5, 2]
 SUM = tf.distribute.ReduceOp.SUM
 
 
-@pytest.fixture(autouse=True)
-def no_tf_config(monkeypatch):
-    monkeypatch.delenv("TF_CONFIG", raising=False)
-
-
-@pytest.fixture(autouse=True)
-def patched():
-    tf_patches.install()
-    yield
-    tf_patches.uninstall()
+# TF_CONFIG is unset for every test (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("tf_patches_installed")
 
 
 def built_strategy(wire_dtype="float32", reconfigure=False):
@@ -160,6 +152,7 @@ TWO_WORKERS = json.dumps(
 )
 
 
+@pytest.mark.multiprocess
 def test_two_workers_pack_the_dense_sparse_gradient_with_the_others(monkeypatch):
     # Building the graph starts no server. One all-reduce carries both
     # gradients, the table at its full, static size; nothing is gathered.
@@ -223,6 +216,7 @@ def checkpoint(model_dir):
     return tf.train.load_checkpoint(path)
 
 
+@pytest.mark.multiprocess
 def test_two_workers_train_a_model_fn_with_embedding_lookup(tmp_path):
     run_two_workers("embedding_lookup", tmp_path)
     reader = checkpoint(tmp_path)
@@ -235,6 +229,7 @@ def test_two_workers_train_a_model_fn_with_embedding_lookup(tmp_path):
     assert moved.tolist() == list(range(worker))
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("model", ["canned_v1", "canned_v2"])
 def test_two_workers_train_a_canned_estimator_on_sparse_columns(model, tmp_path):
     run_two_workers(model, tmp_path)

@@ -26,16 +26,8 @@ from run_config.strategies import StrategyConfig, get_strategy
 EXTENDED = collective_all_reduce_strategy.CollectiveAllReduceExtended
 
 
-@pytest.fixture(autouse=True)
-def no_tf_config(monkeypatch):
-    monkeypatch.delenv("TF_CONFIG", raising=False)
-
-
-@pytest.fixture(autouse=True)
-def patched():
-    tf_patches.install()
-    yield
-    tf_patches.uninstall()
+# TF_CONFIG is unset for every test (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("tf_patches_installed")
 
 
 def replaced():

@@ -20,16 +20,8 @@ from run_config.strategies import StrategyConfig, get_strategy
 NEAR_ONE = 1 + 2**-10
 
 
-@pytest.fixture(autouse=True)
-def no_tf_config(monkeypatch):
-    monkeypatch.delenv("TF_CONFIG", raising=False)
-
-
-@pytest.fixture(autouse=True)
-def patched():
-    tf_patches.install()
-    yield
-    tf_patches.uninstall()
+# TF_CONFIG is unset for every test (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("tf_patches_installed")
 
 
 def reduce_like_an_optimizer(wire_dtype, values, reconfigure=True):
