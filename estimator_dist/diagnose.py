@@ -135,7 +135,8 @@ def explain_storage_error(
       model_dir: The job's model_dir. A refused permission counts only for a
         path in it (or one of its parents): reading data can be refused too.
         None: only a full or read-only filesystem counts, wherever it is.
-      step: The last global step this task saw, or None before training.
+      step: The last global step this task looked at, or None before training;
+        a refused checkpoint's own step replaces it when newer.
 
     Returns:
       The error naming the path, what was written, the free space, the
@@ -159,6 +160,10 @@ def explain_storage_error(
     if model_dir is not None and not _related(path, model_dir):
         return None
     logging.error("The storage refused a write; full error: %s", error)
+    # The caller's step is the last one it looked at; a checkpoint's name is newer.
+    named = re.search(r"model\.ckpt-(\d+)", path)
+    if named and step is not None:
+        step = max(step, int(named.group(1)))
     latest = tf.train.latest_checkpoint(model_dir) if model_dir else None
     space = _free_space(path)
     if latest and code in (errno.ENOSPC, errno.EDQUOT) and "://" not in latest:

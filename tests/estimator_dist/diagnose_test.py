@@ -96,7 +96,8 @@ def _checkpoint(model_dir, step, size):
     return prefix
 
 
-def test_a_checkpoint_save_on_a_full_disk_names_the_path_space_and_fix(tmp_path):
+@pytest.mark.parametrize("seen", [99, 2], ids=["last step", "stale step"])
+def test_a_checkpoint_save_on_a_full_disk_names_the_path_space_and_fix(tmp_path, seen):
     model_dir = str(tmp_path)
     latest = _checkpoint(model_dir, 50, 400 * 1024)
     path = f"{model_dir}/model.ckpt-100_temp/part-00000-of-00001.data-00000-of-00001.tempstate91"
@@ -108,12 +109,13 @@ def test_a_checkpoint_save_on_a_full_disk_names_the_path_space_and_fix(tmp_path)
         f"{path}; No space left on device\n\t [[{{{{node save/SaveV2}}}}]]\nHint: If you want "
         "to see a list of allocated tensors when OOM happens, add report_tensor_allocations",
     )
-    explained = diagnose.explain_training_error(error, 99, 3.0, model_dir)
+    # The watchdog looks at the global step every few seconds: the checkpoint's own step is newer.
+    explained = diagnose.explain_training_error(error, seen, 3.0, model_dir)
     assert isinstance(explained, ModelDirUnwritableError)
     assert explained.exit_code == exit_codes.MODEL_DIR_UNWRITABLE
     message = str(explained)
     assert message.startswith(
-        f"cannot write the checkpoint of step 100 to {model_dir} at global step 99: No space "
+        f"cannot write the checkpoint of step 100 to {model_dir} at global step 100: No space "
         f"left on device ({path}; "
     ), message
     assert " free of " in message and "; the latest checkpoint takes 400 KiB)" in message
