@@ -343,16 +343,24 @@ class Preemption:
         """Called after training ended: exits `PREEMPTED` if a preemption stopped it."""
         if not self.requested:
             return
+        step = self._step
         if self._is_chief:
+            # With parameter servers the other workers move the global step too: the
+            # checkpoint the chief just wrote says which step was saved.
+            latest = tf.train.latest_checkpoint(os.path.dirname(self._dir))
+            step = int(latest.rsplit("-", 1)[1]) if latest and not self._lockstep else step
             decision = _read_json(os.path.join(self._dir, DECISION_FILE)) or {}
-            done = {**decision, "done": True, "saved_step": self._step}
+            done = {**decision, "done": True, "saved_step": step}
             _write_json(os.path.join(self._dir, DECISION_FILE), done)
+            where = f"at global step {step} with a checkpoint of that step"
+        elif self._lockstep:
+            where = f"at global step {step} (the chief saved it)"
+        else:
+            where = "after its step (the chief saved the job's global step)"
         self._exit(
             self._role,
             exit_codes.PREEMPTED,
-            f"stopped for a preemption at global step {self._step} "
-            + ("with a checkpoint of that step" if self._is_chief else "(the chief saved it)")
-            + "; restart the job to resume from it.",
+            f"stopped for a preemption {where}; restart the job to resume from it.",
         )
 
     def hooks(self) -> List[tf.compat.v1.train.SessionRunHook]:
