@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import List, Sequence, Tuple
 
-from absl import app, flags
+from absl import flags
 
 from estimator_dist import train_flags
 from estimator_dist.base import cli, pitfalls
@@ -106,7 +106,7 @@ def main(argv: Sequence[str]) -> int:
 
 def run() -> None:
     """Console-script entry point."""
-    app.run(main, flags_parser=cli.make_flags_parser(PROGRAM))
+    cli.run_program(main, PROGRAM)
 
 
 if __name__ == "__main__":

@@ -61,7 +61,7 @@ import time
 from typing import Optional, Sequence, Tuple
 
 import portpicker
-from absl import app, flags
+from absl import flags
 
 from estimator_dist import console, netns, train_flags
 from estimator_dist import script_config as script_lib
@@ -367,7 +367,7 @@ def main(argv: Sequence[str]) -> int:
 
 def run() -> None:
     """Console-script entry point."""
-    app.run(main, flags_parser=cli.make_flags_parser(PROGRAM))
+    cli.run_program(main, PROGRAM)
 
 
 if __name__ == "__main__":

@@ -21,9 +21,9 @@ import os
 import sys
 from typing import IO, Any, Dict, Iterator, Mapping, Optional, Sequence
 
-from absl import app, flags
+from absl import flags
 
-from estimator_dist.base.cli import make_flags_parser, usage_exit
+from estimator_dist.base.cli import run_program, usage_exit
 
 PROGRAM = "estimator_dist.predict"
 STRATEGIES = ("none", "mirrored")
@@ -256,7 +256,7 @@ def main(argv: Sequence[str]) -> int:
 
 def run() -> None:
     """Console-script entry point."""
-    app.run(main, flags_parser=make_flags_parser(PROGRAM))
+    run_program(main, PROGRAM)
 
 
 if __name__ == "__main__":

@@ -17,10 +17,10 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-from absl import app, flags
+from absl import flags
 
 from estimator_dist import console
-from estimator_dist.base.cli import make_flags_parser, usage_exit
+from estimator_dist.base.cli import run_program, usage_exit
 from estimator_dist.cpus import configure_onednn
 from estimator_dist.train_flags import PROGRAM, define_flags, job_from_flags
 
@@ -57,7 +57,7 @@ def main(argv: Sequence[str]) -> int:
 def run() -> None:
     """Console-script entry point."""
     define_flags()
-    app.run(main, flags_parser=make_flags_parser(PROGRAM))
+    run_program(main, PROGRAM)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
-from absl import app, flags
+from absl import flags
 
 from estimator_dist.base.errors import DataError, UsageError
 from input_fns import bad_data, csv_input, digits, tfds_input
@@ -363,10 +363,10 @@ def main(argv: Sequence[str]) -> int:
 
 def run() -> None:
     """Console-script entry point."""
-    from estimator_dist.base.cli import make_flags_parser
+    from estimator_dist.base.cli import run_program
 
     define_flags()
-    app.run(main, flags_parser=make_flags_parser(PROGRAM))
+    run_program(main, PROGRAM)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import tempfile
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import tensorflow as tf
-from absl import app, flags
+from absl import flags
 
 from estimator_dist.base.errors import UsageError
 from input_fns import ids
@@ -284,10 +284,10 @@ def main(argv: Sequence[str]) -> int:
 
 def run() -> None:
     """Console-script entry point."""
-    from estimator_dist.base.cli import make_flags_parser
+    from estimator_dist.base.cli import run_program
 
     define_flags()
-    app.run(main, flags_parser=make_flags_parser(PROGRAM))
+    run_program(main, PROGRAM)
 
 
 if __name__ == "__main__":

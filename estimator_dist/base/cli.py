@@ -6,8 +6,7 @@ or argument the same way: one line naming the program and what was wrong,
 a pointer to `--helpfull`, exit code 2, no traceback.
 
 Example:
-  >>> from absl import app
-  >>> app.run(main, flags_parser=make_flags_parser("my_tool"))  # doctest: +SKIP
+  >>> run_program(main, "my_tool")  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from __future__ import annotations
 import sys
 from typing import Callable, List, NoReturn, Sequence
 
-from absl import flags
+from absl import app, flags
 
 from estimator_dist.base.exit_codes import USAGE
 
@@ -38,3 +37,8 @@ def make_flags_parser(
             usage_exit(program, f"{str(error).rstrip('.')}. Fix the flag and run again.")
 
     return parse
+
+
+def run_program(main: Callable[[List[str]], int], program: str) -> None:
+    """Runs `main` under `absl.app` with the global flags; a bad flag exits 2 (`usage_exit`)."""
+    app.run(main, flags_parser=make_flags_parser(program))
