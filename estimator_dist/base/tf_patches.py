@@ -67,6 +67,15 @@ internals these are.
    `stop_session_recovery()` at the first step. Shown by
    `tests/estimator_dist/watchdog_test.py` and the fault tests.
 
+7. **No extra session call per step for checkpoints**
+   (`CheckpointSaverHook.__init__`). The hook assumes 1,000,000 steps per
+   session call (a TPU loop), so with any checkpoint interval up to that
+   (Estimator's default is 100 steps) it re-reads the global step in a
+   session call of its own after every step: two calls per training step
+   instead of one. Training runs one step per call here, so the hook is told
+   so, and reads the step again only when a save may be due; it saves at the
+   same steps. Shown by `tests/estimator_dist/base/tf_patches_test.py`.
+
 Example:
   >>> install()
   >>> installed()
@@ -87,6 +96,7 @@ from tensorflow.python.training import monitored_session
 from tensorflow_estimator.python.estimator import estimator as estimator_lib
 
 _EXTENDED = collective_all_reduce_strategy.CollectiveAllReduceExtended
+_SAVER_HOOK = tf.compat.v1.train.CheckpointSaverHook
 # The original of each replaced attribute, by (owner, name), while installed.
 _ORIGINALS: Dict[Tuple[Any, str], Any] = {}
 # On a strategy's `extended` object; deep-copied with it, as Estimator's
@@ -111,6 +121,7 @@ def install() -> None:
     _replace(_EXTENDED, "_initialize_strategy", _initialize_strategy)
     _replace(multi_device_iterator_ops, "_create_device_dataset", _create_device_dataset)
     _replace(estimator_lib.Estimator, "_call_model_fn", _call_model_fn)
+    _replace(_SAVER_HOOK, "__init__", _saver_hook_init)
     # Unchanged until `stop_session_recovery()`; recorded so that uninstall restores it.
     _replace(monitored_session, "_PREEMPTION_ERRORS", monitored_session._PREEMPTION_ERRORS)
 
@@ -261,3 +272,11 @@ def _initialize_strategy(extended: Any, cluster_resolver: Any, devices: Any) -> 
         extended._initialize_local(cluster_resolver, devices=None)
     else:
         _original(_EXTENDED, "_initialize_strategy")(extended, cluster_resolver, devices)
+
+
+# --- 7: checkpoints without a session call per step ----------------------------------
+
+
+def _saver_hook_init(hook: Any, *args: Any, **kwargs: Any) -> None:
+    _original(_SAVER_HOOK, "__init__")(hook, *args, **kwargs)
+    hook._set_steps_per_run(1)

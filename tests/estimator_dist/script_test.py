@@ -112,6 +112,7 @@ def test_whole_script_on_two_workers_and_an_evaluator(tmp_path, name):
     assert sorted(os.listdir(os.path.join(model_dir, "logs"))) == [
         "chief-0.log",
         "evaluator-0.log",
+        "launcher.log",
         "worker-0.log",
     ]
 

@@ -15,6 +15,7 @@ import json
 import pytest
 import tensorflow as tf
 from tensorflow.core.framework import dataset_options_pb2
+from tensorflow.python.client import session as session_lib
 from tensorflow.python.distribute import collective_all_reduce_strategy
 from tensorflow.python.training import monitored_session
 from tensorflow_estimator.python.estimator import estimator as estimator_lib
@@ -133,3 +134,41 @@ def test_uninstalled_the_per_replica_datasets_keep_autotuning():
         strategy = get_strategy(StrategyConfig("mirrored"), num_gpus=0)
         strategy.make_input_fn_iterator(input_fn).get_next()
     assert autotune_settings(graph) == []
+
+
+def _linear_model_fn(features, labels, mode):
+    prediction = tf.compat.v1.layers.dense(features, 1)
+    loss = tf.compat.v1.losses.mean_squared_error(labels, prediction)
+    step = tf.compat.v1.train.get_or_create_global_step()
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, step)
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def _ones_input_fn():
+    features = tf.data.Dataset.from_tensors(tf.ones([1, 1]))
+    return tf.data.Dataset.zip((features, features)).repeat()
+
+
+def _train_counting_session_calls(model_dir, monkeypatch):
+    """Trains 60 steps, checkpointing every 10; returns session calls and checkpoint steps."""
+    calls = []
+    run = session_lib.BaseSession.run
+    monkeypatch.setattr(
+        session_lib.BaseSession, "run", lambda self, *a, **k: calls.append(1) or run(self, *a, **k)
+    )
+    config = tf.estimator.RunConfig(
+        model_dir=str(model_dir), save_checkpoints_steps=10, keep_checkpoint_max=100
+    )
+    tf.estimator.Estimator(_linear_model_fn, config=config).train(_ones_input_fn, steps=60)
+    saved = tf.train.get_checkpoint_state(str(model_dir)).all_model_checkpoint_paths
+    return len(calls), [int(path.rsplit("-", 1)[1]) for path in saved]
+
+
+@pytest.mark.slow
+def test_checkpoints_every_10_steps_cost_no_session_call_per_step(tmp_path, monkeypatch):
+    patched_calls, patched_steps = _train_counting_session_calls(tmp_path / "on", monkeypatch)
+    tf_patches.uninstall()  # the control: TensorFlow's own hook
+    control_calls, control_steps = _train_counting_session_calls(tmp_path / "off", monkeypatch)
+    assert patched_steps == control_steps == [0, 10, 20, 30, 40, 50, 60]
+    # TensorFlow's hook reads the global step again after each of the 60 steps.
+    assert control_calls - patched_calls >= 54, (control_calls, patched_calls)
