@@ -16,6 +16,7 @@ from tensorflow.python.client import session as session_lib
 
 from benchmarks import NEVER_STEPS, contenders
 from benchmarks.contenders import STEPS, Config
+from tests.task_models import linear_model_fn, ones_input_fn
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -32,19 +33,6 @@ def test_every_contender_uses_the_same_intervals_beyond_any_run():
     assert NEVER_STEPS > 1_000_000 + max(total for total, _ in STEPS.values())
 
 
-def _model_fn(features, labels, mode):
-    prediction = tf.compat.v1.layers.dense(features, 1)
-    loss = tf.compat.v1.losses.mean_squared_error(labels, prediction)
-    step = tf.compat.v1.train.get_or_create_global_step()
-    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, step)
-    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
-
-
-def _input_fn():
-    features = tf.data.Dataset.from_tensors(tf.ones([1, 1]))
-    return tf.data.Dataset.zip((features, features)).repeat()
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("interval, calls_per_step", [(1_000_000, 2), (NEVER_STEPS, 1)])
 def test_a_checkpoint_interval_up_to_a_million_costs_a_session_call_per_step(
@@ -58,13 +46,13 @@ def test_a_checkpoint_interval_up_to_a_million_costs_a_session_call_per_step(
     config = tf.estimator.RunConfig(
         model_dir=str(tmp_path), save_checkpoints_steps=interval, save_summary_steps=NEVER_STEPS
     )
-    estimator = tf.estimator.Estimator(_model_fn, config=config)
+    estimator = tf.estimator.Estimator(linear_model_fn, config=config)
 
     def calls_to_train(steps):
         before = len(calls)
-        estimator.train(_input_fn, steps=steps)
+        estimator.train(ones_input_fn, steps=steps)
         return len(calls) - before
 
     # Start-up and end calls are the same in both runs: the difference is 50 steps' calls.
-    estimator.train(_input_fn, steps=1)
+    estimator.train(ones_input_fn, steps=1)
     assert calls_to_train(100) - calls_to_train(50) == 50 * calls_per_step

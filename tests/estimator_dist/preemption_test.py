@@ -16,6 +16,8 @@ import tensorflow as tf
 from estimator_dist.base import exit_codes
 from estimator_dist.preemption import DECISION_FILE, PREEMPTION_DIR, Preemption
 from estimator_dist.watchdog import Watchdog
+from tests.hooks import CountingHook
+from tests.task_models import linear_model_fn, ones_input_fn
 
 
 class Exits:
@@ -196,53 +198,12 @@ def test_the_speed_comes_from_the_polling_thread_skipping_the_first_step(tmp_pat
     assert 0.005 <= chief._step_secs < 1.0
 
 
-def _model_fn(features, labels, mode):
-    prediction = tf.compat.v1.layers.dense(features, 1)
-    loss = tf.compat.v1.losses.mean_squared_error(labels, prediction)
-    step = tf.compat.v1.train.get_or_create_global_step()
-    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, step)
-    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
-
-
-def _input_fn():
-    features = tf.data.Dataset.from_tensors(tf.ones([1, 1]))
-    return tf.data.Dataset.zip((features, features)).repeat()
-
-
-class StepCounting(tf.compat.v1.train.SessionRunHook):
-    """Counts the runs, and the runs a hook asked to fetch something; acts at one run."""
-
-    def __init__(self, inner, at=None, action=None):
-        self.inner, self.at, self.action = inner, at, action
-        self.runs = self.fetches = 0
-
-    def begin(self):
-        self.inner.begin()
-
-    def after_create_session(self, session, coord):
-        self.inner.after_create_session(session, coord)
-
-    def before_run(self, run_context):
-        self.runs += 1
-        request = self.inner.before_run(run_context)
-        self.fetches += request is not None
-        return request
-
-    def after_run(self, run_context, run_values):
-        self.inner.after_run(run_context, run_values)
-        if self.runs == self.at:
-            self.action()
-
-    def end(self, session):
-        self.inner.end(session)
-
-
 def test_the_hook_fetches_nothing_per_step(tmp_path):
     preemption, exits = make(tmp_path, "chief-0", "chief")
     (hook,) = preemption.hooks()
-    counting = StepCounting(hook)
-    estimator = tf.estimator.Estimator(_model_fn, model_dir=str(tmp_path / "model"))
-    estimator.train(_input_fn, hooks=[counting], max_steps=100)
+    counting = CountingHook(hook)
+    estimator = tf.estimator.Estimator(linear_model_fn, model_dir=str(tmp_path / "model"))
+    estimator.train(ones_input_fn, hooks=[counting], max_steps=100)
     assert (counting.runs, counting.fetches) == (100, 0)
     assert preemption._step == 100
     preemption.finished()
@@ -257,9 +218,9 @@ def test_a_real_estimator_stops_at_the_decided_step_and_saves_it(tmp_path):
         preemption.signalled()
         preemption.poll_once()
 
-    counting = StepCounting(hook, at=30, action=decide)
-    estimator = tf.estimator.Estimator(_model_fn, model_dir=str(tmp_path / "model"))
-    estimator.train(_input_fn, hooks=[counting], max_steps=1000)
+    counting = CountingHook(hook, at=30, action=decide)
+    estimator = tf.estimator.Estimator(linear_model_fn, model_dir=str(tmp_path / "model"))
+    estimator.train(ones_input_fn, hooks=[counting], max_steps=1000)
     assert preemption.stop_at == 32, "two steps ahead: no speed measured yet"
     assert estimator.get_variable_value("global_step") == counting.runs == 32
     preemption.finished()

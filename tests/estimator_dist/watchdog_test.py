@@ -20,6 +20,7 @@ from tensorflow.python.training import monitored_session
 from estimator_dist import watchdog
 from estimator_dist.base import exit_codes, tf_patches
 from estimator_dist.watchdog import EvaluatorWatchdog, Watchdog, unreachable
+from tests.hooks import CountingHook
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -401,34 +402,6 @@ def test_a_slow_step_in_flight_when_the_check_asks_counts_as_progress():
     clock.now += STALL + 0.01
     dog.check()
     assert exits.codes == [exit_codes.STALLED]
-
-
-class CountingHook(tf.compat.v1.train.SessionRunHook):
-    """Passes every call on to `inner`; counts the runs and the runs that fetched something."""
-
-    def __init__(self, inner, every=None, action=None):
-        self.inner, self.every, self.action = inner, every, action
-        self.runs = self.fetches = 0
-
-    def begin(self):
-        self.inner.begin()
-
-    def after_create_session(self, session, coord):
-        self.inner.after_create_session(session, coord)
-
-    def before_run(self, run_context):
-        self.runs += 1
-        if self.every and self.runs % self.every == 0:
-            self.action()
-        request = self.inner.before_run(run_context)
-        self.fetches += request is not None
-        return request
-
-    def after_run(self, run_context, run_values):
-        self.inner.after_run(run_context, run_values)
-
-    def end(self, session):
-        self.inner.end(session)
 
 
 def _repeated_input():

@@ -23,6 +23,7 @@ from tensorflow_estimator.python.estimator import estimator as estimator_lib
 from estimator_dist.base import tf_patches
 from estimator_dist.user_code import bind_input_fn, without_autotune
 from run_config.strategies import StrategyConfig, get_strategy
+from tests.task_models import linear_model_fn, ones_input_fn
 
 EXTENDED = collective_all_reduce_strategy.CollectiveAllReduceExtended
 
@@ -136,19 +137,6 @@ def test_uninstalled_the_per_replica_datasets_keep_autotuning():
     assert autotune_settings(graph) == []
 
 
-def _linear_model_fn(features, labels, mode):
-    prediction = tf.compat.v1.layers.dense(features, 1)
-    loss = tf.compat.v1.losses.mean_squared_error(labels, prediction)
-    step = tf.compat.v1.train.get_or_create_global_step()
-    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, step)
-    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
-
-
-def _ones_input_fn():
-    features = tf.data.Dataset.from_tensors(tf.ones([1, 1]))
-    return tf.data.Dataset.zip((features, features)).repeat()
-
-
 def _train_counting_session_calls(model_dir, monkeypatch):
     """Trains 60 steps, checkpointing every 10; returns session calls and checkpoint steps."""
     calls = []
@@ -159,7 +147,7 @@ def _train_counting_session_calls(model_dir, monkeypatch):
     config = tf.estimator.RunConfig(
         model_dir=str(model_dir), save_checkpoints_steps=10, keep_checkpoint_max=100
     )
-    tf.estimator.Estimator(_linear_model_fn, config=config).train(_ones_input_fn, steps=60)
+    tf.estimator.Estimator(linear_model_fn, config=config).train(ones_input_fn, steps=60)
     saved = tf.train.get_checkpoint_state(str(model_dir)).all_model_checkpoint_paths
     return len(calls), [int(path.rsplit("-", 1)[1]) for path in saved]
 
