@@ -138,6 +138,7 @@ class Preemption:
         self._step_secs: Optional[float] = None
         # (time, step) the polling thread last saw the step move, for `_step_secs`.
         self._sampled: Optional[Tuple[float, int]] = None
+        self._threads: List[threading.Thread] = []
         self.stop_at: Optional[int] = None
 
     @property
@@ -159,8 +160,12 @@ class Preemption:
             signal.signal(number, lambda signum, frame: None)
         signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
         self._wakeup = (reader, writer)
-        threading.Thread(target=self._wait_for_signal, args=(reader,), daemon=True).start()
-        threading.Thread(target=self._poll, daemon=True).start()
+        self._threads = [
+            threading.Thread(target=self._wait_for_signal, args=(reader,), daemon=True),
+            threading.Thread(target=self._poll, daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def uninstall(self) -> None:
         """Stops the threads and restores default signal handling."""
@@ -170,6 +175,13 @@ class Preemption:
         signal.set_wakeup_fd(-1)
         for number in SIGNALS:
             signal.signal(number, signal.SIG_DFL)
+        # Joined, not left as daemons: a daemon thread inside TensorFlow's file
+        # functions when the interpreter exits aborts the process (SIGABRT).
+        if self._threads:
+            self._wakeup[1].send(b"\0")
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=10)
 
     def _wait_for_signal(self, reader: socket.socket) -> None:
         while not self._stop.is_set():

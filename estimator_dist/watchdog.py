@@ -169,12 +169,13 @@ class Watchdog:
         """Starts the checking thread; the start-up deadline counts from now."""
         self._started_at = self._clock()
         interval = max(0.5, min(5.0, self._startup_timeout / 10, self._stall_timeout / 10))
-        thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
-        thread.start()
+        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
+        self._thread.start()
 
     def stop(self) -> None:
-        """Stops the checking thread."""
+        """Stops the checking thread and waits for it (see `EvaluatorWatchdog.stop`)."""
         self._stop.set()
+        _join(getattr(self, "_thread", None))
 
     def _run(self, interval: float) -> None:
         while not self._stop.wait(interval):
@@ -334,11 +335,14 @@ class EvaluatorWatchdog:
 
     def start(self) -> None:
         """Starts watching in a daemon thread."""
-        threading.Thread(target=self._run, daemon=True).start()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
 
     def stop(self) -> None:
-        """Stops watching."""
+        """Stops watching, and waits for the thread: a daemon thread inside TensorFlow's
+        file functions when the interpreter exits aborts the process (SIGABRT)."""
         self._stop.set()
+        _join(getattr(self, "_thread", None))
 
     def _run(self) -> None:
         checkpoint = tf.train.latest_checkpoint(self._model_dir)
@@ -371,3 +375,8 @@ class EvaluatorWatchdog:
                     "is unreachable, with no evaluation running: training ended or failed "
                     "before the last step.",
                 )
+
+
+def _join(thread: Optional[threading.Thread]) -> None:
+    if thread is not None and thread is not threading.current_thread():
+        thread.join(timeout=10)
