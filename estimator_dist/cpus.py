@@ -31,6 +31,8 @@ import signal
 import sys
 from typing import Callable, List, MutableMapping, Optional, Sequence, Set
 
+from estimator_dist.base import exit_codes
+
 #: Values of `--onednn`.
 ONEDNN_SETTINGS = ("auto", "on", "off")
 #: The environment variable TensorFlow reads at import.
@@ -115,8 +117,6 @@ def split_cores(tasks: int, cores: Optional[Sequence[int]] = None) -> List[froze
 _PR_SET_PDEATHSIG = 1
 # Loaded here, not between fork and exec, where allocating could deadlock.
 _LIBC = ctypes.CDLL(None, use_errno=True)
-#: Exit code of a task whose launcher died before it could set the signal.
-_ORPHANED = 1
 
 
 def task_process_setup(cores: Optional[Set[int]], parent: int) -> Callable[[], None]:
@@ -130,7 +130,7 @@ def task_process_setup(cores: Optional[Set[int]], parent: int) -> Callable[[], N
     def setup() -> None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:
-            os._exit(_ORPHANED)
+            os._exit(exit_codes.FAILURE)
         if cores is not None:
             os.sched_setaffinity(0, cores)
 

@@ -151,6 +151,7 @@ class Watchdog:
         self._clock = clock
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
         self._started_at = clock()
         self._last_progress: Optional[float] = None
         self._step: Optional[int] = None
@@ -175,7 +176,7 @@ class Watchdog:
     def stop(self) -> None:
         """Stops the checking thread and waits for it (see `EvaluatorWatchdog.stop`)."""
         self._stop.set()
-        _join(getattr(self, "_thread", None))
+        _join(self._thread)
 
     def _run(self, interval: float) -> None:
         while not self._stop.wait(interval):
@@ -314,6 +315,7 @@ class EvaluatorWatchdog:
         self._stall_timeout = stall_timeout
         self._exit = exit_fn
         self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
         self._evaluating_since: Optional[float] = None
         self._batches = 0
@@ -342,7 +344,7 @@ class EvaluatorWatchdog:
         """Stops watching, and waits for the thread: a daemon thread inside TensorFlow's
         file functions when the interpreter exits aborts the process (SIGABRT)."""
         self._stop.set()
-        _join(getattr(self, "_thread", None))
+        _join(self._thread)
 
     def _run(self) -> None:
         checkpoint = tf.train.latest_checkpoint(self._model_dir)

@@ -21,6 +21,7 @@ from estimator_dist import watchdog
 from estimator_dist.base import exit_codes, tf_patches
 from estimator_dist.watchdog import EvaluatorWatchdog, Watchdog, unreachable
 from tests.hooks import CountingHook
+from tests.task_models import linear_model_fn
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -333,21 +334,13 @@ def _finite_input():
     return tf.data.Dataset.zip((features, features)).batch(1)
 
 
-def _regression_model_fn(features, labels, mode):
-    prediction = tf.compat.v1.layers.dense(features, 1)
-    loss = tf.compat.v1.losses.mean_squared_error(labels, prediction)
-    step = tf.compat.v1.train.get_or_create_global_step()
-    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, step)
-    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
-
-
 @pytest.mark.parametrize("max_steps, expected", [(20, [("worker-1", 6, 5)]), (5, [])])
 def test_hook_reports_an_input_that_runs_out_before_the_last_step(tmp_path, max_steps, expected):
     # A real Estimator: MonitoredSession must call the hook's end() when the
     # input runs out, while the session is still open.
     exits = Exits()
     dog = Watchdog("worker-1", {}, STARTUP, STALL, last_step=max_steps, exit_fn=exits)
-    estimator = tf.estimator.Estimator(_regression_model_fn, model_dir=str(tmp_path))
+    estimator = tf.estimator.Estimator(linear_model_fn, model_dir=str(tmp_path))
     estimator.train(_finite_input, hooks=[dog.hook()], max_steps=max_steps)
     assert [
         (role, code, int(re.search(r"step (\d+),", cause)[1])) for role, code, cause in exits.calls
@@ -414,7 +407,7 @@ def test_the_hook_fetches_the_global_step_once_in_100_steps_not_every_step(tmp_p
     exits = Exits()
     dog = Watchdog("worker-1", {}, STARTUP, STALL, last_step=100, exit_fn=exits)
     counting = CountingHook(dog.hook(), every=40, action=dog.check)
-    estimator = tf.estimator.Estimator(_regression_model_fn, model_dir=str(tmp_path))
+    estimator = tf.estimator.Estimator(linear_model_fn, model_dir=str(tmp_path))
     estimator.train(_repeated_input, hooks=[counting], max_steps=100)
     assert (counting.runs, counting.fetches) == (100, 3)
     assert dog.step in (79, 80), "the step of the last fetch, at run 80"
