@@ -6,6 +6,8 @@ from setuptools import setup
 
 HERE = pathlib.Path(__file__).parent
 TF_VERSION = "2.15.1"
+RAY = ['ray==2.60.0; python_version >= "3.10"', 'ray==2.51.1; python_version < "3.10"']
+KUBERNETES = ["kubeflow-training==1.9.4"]
 
 setup(
     name="estimator-dist",
@@ -44,8 +46,21 @@ setup(
     ],
     extras_require={
         "gpu": [f"tensorflow[and-cuda]=={TF_VERSION}"],
-        # matplotlib: the benchmark suite's plots, which its tests draw too.
-        "test": ["pytest>=7", "pytest-timeout>=2.1", "ruff==0.17.6", "matplotlib>=3.7"],
+        # `--engine=ray` of the launcher. Ray 2.52 and later have no Python 3.9 wheels;
+        # both releases keep protobuf < 5 and numpy < 2.
+        "ray": RAY,
+        # `estimator_dist.manifest`: the TFJob is built from the Training SDK's own models.
+        "kubernetes": KUBERNETES,
+        # matplotlib: the benchmark suite's plots, which its tests draw too. The engines'
+        # extras are in `test` so that CI runs their end-to-end tests.
+        "test": [
+            "pytest>=7",
+            "pytest-timeout>=2.1",
+            "ruff==0.17.6",
+            "matplotlib>=3.7",
+            *RAY,
+            *KUBERNETES,
+        ],
     },
     entry_points={
         "console_scripts": [
