@@ -26,6 +26,7 @@ from estimator_dist.base.errors import (
     Error,
     ModelDirUnwritableError,
     PeerFailureError,
+    UsageError,
     UserCodeError,
 )
 from estimator_dist.records import METRICS_FILE, RUN_RECORD_FILE
@@ -247,9 +248,19 @@ def _size(size: int) -> str:
 
 @contextlib.contextmanager
 def refused_writes(model_dir: str) -> Iterator[None]:
-    """Raises `ModelDirUnwritableError` for a write to `model_dir` the storage refuses."""
+    """Raises `ModelDirUnwritableError` for a write to `model_dir` the storage refuses.
+
+    A file system TensorFlow has no support for (`s3://` without
+    tensorflow-io, a typo in the scheme) is a `UsageError` instead.
+    """
     try:
         yield
+    except tf.errors.UnimplementedError as error:
+        raise UsageError(
+            f"--model_dir={model_dir}: TensorFlow 2.15 cannot write there ({error.message}). "
+            "Expected a path TensorFlow opens by itself: a local or mounted shared file system "
+            "(NFS, EFS, FSx, a Kubernetes volume) or gs://. Mount the storage and pass its path."
+        ) from None
     except (tf.errors.OpError, OSError) as error:
         unwritable = explain_storage_error(error, model_dir)
         if unwritable is None:

@@ -54,8 +54,9 @@ from typing import List, Optional, Sequence
 from absl import app, flags
 
 from estimator_dist.base import cli, exit_codes
-from estimator_dist.base.cluster import ClusterConfig, parse_tf_config
+from estimator_dist.base.cluster import ClusterConfig
 from estimator_dist.base.errors import Error, UsageError, UserCodeError
+from estimator_dist.base.platform_env import cluster_from_environment
 from estimator_dist.script_config import PROGRAM, ScriptConfig, config_from_flags, define_flags
 
 #: A script that ends on a task of a cluster without training.
@@ -159,7 +160,7 @@ def main(argv: Sequence[str]) -> int:
             "[the script's arguments]`.",
         )
     try:
-        cluster = parse_tf_config(os.environ.get("TF_CONFIG"))
+        cluster = cluster_from_environment(os.environ)
         config = config_from_flags(_FLAGS, argv[1], argv[2:])
     except UsageError as error:
         cli.usage_exit(PROGRAM, str(error))

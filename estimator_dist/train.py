@@ -6,7 +6,8 @@ Run the same command on every task; TF_CONFIG tells each one its role:
               "task": {"type": "chief", "index": 0}}' \\
   python -m estimator_dist.train --model_dir=/shared/run1 --train_steps=1000
 
-Without TF_CONFIG it trains and evaluates in this one process. Usage errors
+Without TF_CONFIG (or Vertex AI's CLUSTER_SPEC, read when TF_CONFIG names no
+cluster) it trains and evaluates in this one process. Usage errors
 (bad flags, TF_CONFIG or data paths) exit with code 2; bad data found while
 training (a corrupt, truncated or mistyped record) exits with code 3: do not
 retry, fix the data or skip bad records.
@@ -32,11 +33,11 @@ def main(argv: Sequence[str]) -> int:
         usage_exit(
             PROGRAM, f"unexpected positional arguments {list(argv[1:])}; every setting is a --flag."
         )
-    from estimator_dist.base.cluster import parse_tf_config
     from estimator_dist.base.errors import Error, UsageError
+    from estimator_dist.base.platform_env import cluster_from_environment
 
     try:
-        cluster = parse_tf_config(os.environ.get("TF_CONFIG"))
+        cluster = cluster_from_environment(os.environ)
         # TensorFlow reads it when imported, which building the job config does.
         configure_onednn(flags.FLAGS.onednn)
         job = job_from_flags(flags.FLAGS)

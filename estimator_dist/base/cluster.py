@@ -217,6 +217,12 @@ def _validate_jobs(cluster: Any) -> dict[str, list[str]]:
     seen: dict[str, str] = {}
     jobs: dict[str, list[str]] = {}
     for name, addresses in cluster.items():
+        if isinstance(addresses, dict):
+            raise _fail(
+                f"`cluster.{name}` is a map of task index to address, {addresses!r}: a sparse "
+                "cluster, which Kubeflow writes for a TFJob with `enableDynamicWorker: true`. "
+                "Estimator needs every task's full cluster; set `enableDynamicWorker: false`."
+            )
         if not isinstance(addresses, list) or not addresses:
             raise _fail(
                 f"`cluster.{name}` must be a non-empty list of 'host:port' strings, "

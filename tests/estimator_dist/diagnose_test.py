@@ -9,7 +9,12 @@ import tensorflow as tf
 
 from estimator_dist import diagnose
 from estimator_dist.base import exit_codes
-from estimator_dist.base.errors import DataError, ModelDirUnwritableError, PeerFailureError
+from estimator_dist.base.errors import (
+    DataError,
+    ModelDirUnwritableError,
+    PeerFailureError,
+    UsageError,
+)
 from estimator_dist.diagnose import is_peer_error
 
 
@@ -201,3 +206,12 @@ def test_without_a_model_dir_only_a_full_or_read_only_filesystem_counts():
     )
     assert isinstance(diagnose.explain_training_error(full, 8, 1.0), ModelDirUnwritableError)
     assert diagnose.explain_training_error(refused, 8, 1.0) is None
+
+
+def test_a_model_dir_on_a_file_system_tensorflow_lacks_is_a_usage_error():
+    with pytest.raises(UsageError) as raised:
+        with diagnose.refused_writes("s3://bucket/run"):
+            tf.io.gfile.makedirs("s3://bucket/run")
+    message = str(raised.value)
+    assert "--model_dir=s3://bucket/run" in message
+    assert "s3" in message and "Mount the storage" in message

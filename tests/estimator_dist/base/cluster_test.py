@@ -115,6 +115,12 @@ MALFORMED = [
         "`cluster.evaluator` must have exactly one",
     ),
     (tf_config({"chief": "h0:1"}, {"type": "chief"}), "non-empty list"),
+    # Kubeflow's sparse cluster (enableDynamicWorker): worker maps index to address.
+    (
+        tf_config({"worker": {"1": "w1:2222"}, "ps": ["p0:2222"]}, {"type": "worker", "index": 1}),
+        "enableDynamicWorker: false",
+    ),
+    (tf_config({"worker": {}, "ps": []}, {"type": "ps", "index": 0}), "a sparse cluster"),
     (tf_config({"chief": []}, {"type": "chief"}), "non-empty list"),
     (tf_config({"chief": [2222]}, {"type": "chief"}), "must be a 'host:port' string"),
     (tf_config({"chief": ["h0"]}, {"type": "chief"}), "expected 'host:port'"),
