@@ -68,6 +68,7 @@ setup(
             "estimator-dist-launch=estimator_dist.launch:run",
             "estimator-dist-check=estimator_dist.check:run",
             "estimator-dist-predict=estimator_dist.predict:run",
+            "estimator-dist-manifest=estimator_dist.manifest:run",
             "estimator-dist-convert=input_fns.convert:run",
             "estimator-dist-verify=input_fns.verify:run",
         ]

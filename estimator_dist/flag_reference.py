@@ -4,8 +4,8 @@
 
 Each program's flags are read the way that program defines them, without
 running it: a module with a `define_flags(flag_values)` function of its own
-(`estimator_dist.train`, `estimator_dist.script`, `input_fns.convert`,
-`input_fns.verify`) gets a fresh `flags.FlagValues`; the others
+(`estimator_dist.train`, `estimator_dist.script`, `estimator_dist.manifest`,
+`input_fns.convert`, `input_fns.verify`) gets a fresh `flags.FlagValues`; the others
 (`estimator_dist.launch`, `estimator_dist.check`, `estimator_dist.predict`)
 define theirs on absl's global `flags.FLAGS` when imported. Each program is
 read in a Python process of its own, as it runs: the launcher and the check
@@ -77,6 +77,13 @@ PROGRAMS: Tuple[Program, ...] = (
         "[estimator_dist.script flags] -- [the script's arguments]",
         "The flags after `--` are those of [estimator_dist.train](#estimator_disttrain), "
         "checked once here before any task starts; with `--script`, they are the script's own.",
+    ),
+    Program(
+        "estimator_dist.manifest",
+        "python -m estimator_dist.manifest --name=NAME --image=IMAGE --num_workers=N [flags] "
+        "-- [estimator_dist.train flags]",
+        "The flags after `--` are those of [estimator_dist.train](#estimator_disttrain), "
+        "checked here and given to every replica; see [kubernetes.md](kubernetes.md).",
     ),
     Program(
         "estimator_dist.script",
