@@ -5,7 +5,8 @@ and TensorFlow's C++ runtime print. A person at a console needs a small part
 of it, which `ConsoleFilter` picks line by line from the text:
 
 * one progress line every N steps of each training task (`format_progress`),
-  `[ 50%] loss = 0.2320, step = 200/400, 6,830 examples/s, ~2 s left`;
+  `[ 50%] loss = 0.2320, step = 200/400, 6,830 examples/s, ~2 s left`, with
+  `learning_rate = 0.1` after the loss when the model_fn tracks its rate;
 * the package's lines meant for people, which start with `estimator_dist`
   (start-up time, first step, preemption, a task's failure), and the metrics
   of each evaluation (Estimator's `Saving dict for global step ...`);
@@ -88,15 +89,18 @@ def format_progress(
     loss: Optional[float],
     examples_per_sec: Optional[float],
     seconds_left: Optional[float],
+    learning_rate: Optional[float] = None,
 ) -> str:
     """One progress line, with Estimator's `loss = ..., step = ...` at its core.
 
-    >>> format_progress(200, 400, 0.23203, 6830.4, 2.4)
-    '[ 50%] loss = 0.2320, step = 200/400, 6,830 examples/s, ~2 s left'
+    >>> format_progress(200, 400, 0.23203, 6830.4, 2.4, learning_rate=0.1)
+    '[ 50%] loss = 0.2320, learning_rate = 0.1, step = 200/400, 6,830 examples/s, ~2 s left'
     >>> format_progress(400, 400, None, None, 0.0)
     '[100%] step = 400/400, done'
     """
     parts = [] if loss is None else [f"loss = {loss:.4f}"]
+    if learning_rate is not None:
+        parts.append(f"learning_rate = {learning_rate:.4g}")
     parts.append(f"step = {step}/{last_step}")
     if examples_per_sec is not None:
         parts.append(f"{examples_per_sec:,.0f} examples/s")

@@ -179,9 +179,14 @@ def make_estimator(
     if job.keras_model is None:
         return model_fn_estimator(job, checked.model_fn, run_config)
     # model_to_estimator writes the warm-start checkpoint to model_dir/keras on every task.
+    # "saver": the default object-based format builds its Saver inside the replica context,
+    # where batch normalization's moving statistics cannot be read ("Method requires being
+    # in cross-replica context" at the first step of any Keras model with BatchNormalization).
     with _model_dir_lock(job.run.model_dir, "keras_bridge"):
         return tf.keras.estimator.model_to_estimator(
-            keras_model=build_keras_model(job, checked.feature_specs), config=run_config
+            keras_model=build_keras_model(job, checked.feature_specs),
+            config=run_config,
+            checkpoint_format="saver",
         )
 
 

@@ -25,6 +25,7 @@ from estimator_dist.base.cluster import CHIEF, EVALUATOR, PS, WORKER, ClusterCon
 from estimator_dist.console import format_progress
 from estimator_dist.preemption import Preemption
 from estimator_dist.watchdog import EvaluatorWatchdog, Watchdog
+from model_fns import learning_rates
 
 
 def enter_task(cluster: ClusterConfig) -> None:
@@ -139,7 +140,11 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
     `[ 50%] loss = 0.2320, step = 200/400, 6,830 examples/s, ~2 s left`: the
     loss of the step that reached the global step (the loss Estimator logs,
     `EstimatorSpec.loss`, reduced over the replicas), the examples a second
-    and the time left at the rate since the previous line.
+    and the time left at the rate since the previous line. With
+    `learning_rate = 0.1` after the loss when the graph has a learning rate:
+    the one `model_fns.learning_rates.track` recorded (`resnet_cifar`, and
+    any model_fn using `model_fns.optimizers.learning_rate`), or else a float
+    scalar named `learning_rate`, as Model Garden's model_fns name theirs.
 
     It costs nothing on the other steps: it predicts each run's global step
     from the last one read and the global steps a run adds (1 in synchronous
@@ -177,6 +182,7 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         self._clock = clock
         self._global_step: Optional[tf.Tensor] = None
         self._loss: Optional[tf.Tensor] = None
+        self._learning_rate: Optional[tf.Tensor] = None
         self._fetching = False
         self._known, self._runs, self._per_run = 0, 0, 1.0
         self._next: float = math.inf
@@ -187,6 +193,7 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         self._global_step = tf.compat.v1.train.get_global_step()
         losses = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.LOSSES)
         self._loss = losses[-1] if losses else None
+        self._learning_rate = find_learning_rate(tf.compat.v1.get_default_graph())
 
     def after_create_session(self, session: tf.compat.v1.Session, coord: object) -> None:
         self._known = int(session.run(self._global_step)) if self._global_step is not None else 0
@@ -208,7 +215,10 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         self._fetching = self._global_step is not None and predicted >= self._next
         if not self._fetching:
             return None
-        return tf.compat.v1.train.SessionRunArgs({} if self._loss is None else {"loss": self._loss})
+        fetches = {"loss": self._loss, "learning_rate": self._learning_rate}
+        return tf.compat.v1.train.SessionRunArgs(
+            {name: tensor for name, tensor in fetches.items() if tensor is not None}
+        )
 
     def after_run(
         self,
@@ -227,6 +237,7 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         if step < self._next:  # Fewer global steps a run than predicted: not there yet.
             return
         loss = run_values.results.get("loss")
+        learning_rate = run_values.results.get("learning_rate")
         since_step, since_time = self._since
         rate = (step - since_step) / (now - since_time) if now > since_time else None
         logging.info(
@@ -237,10 +248,22 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
                 None if loss is None else float(loss),
                 rate * self._examples_per_step if rate and self._examples_per_step else None,
                 (self._last_step - step) / rate if rate else None,
+                None if learning_rate is None else float(learning_rate),
             ),
         )
         self._since = (step, now)
         self._next = self._boundary_after(step)
+
+
+def find_learning_rate(graph: tf.Graph) -> Optional[tf.Tensor]:
+    """The learning rate `model_fns.learning_rates` tracked in `graph`, else one named so."""
+    rate = learning_rates.tracked(graph)
+    if rate is None:
+        try:
+            rate = graph.get_tensor_by_name("learning_rate:0")
+        except KeyError:
+            return None
+    return rate if rate.dtype.is_floating and rate.shape.rank == 0 else None
 
 
 def progress_hook(

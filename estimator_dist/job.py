@@ -18,6 +18,8 @@ from model_fns.optimizers import ACCUMULATION_STEPS, MICRO_BATCHES
 from run_config.run_config import RunConfigOptions
 from run_config.strategies import StrategyConfig
 
+#: The `params` entry of the examples in an epoch (`model_fns.learning_rates.EpochParams`).
+EPOCH_EXAMPLES = "num_train_examples"
 #: `params` entries the driver fills from flags of their own.
 _FLAG_PARAMS = ("batch_size", "learning_rate", "data_dir", "seed")
 
@@ -88,7 +90,12 @@ class JobConfig:
         collectives included) of every this many global steps to
         `model_dir/traces/<task>/`, for chrome://tracing or Perfetto; None
         for none.
-      run: Checkpoint, summary and thread settings; holds `model_dir`.
+      num_train_examples: Examples in one training epoch, when known
+        (`--num_train_examples`, or counted for the epoch flags); the model
+        receives it as `params["num_train_examples"]` for `decay_epochs`.
+      notes: How flags given in epochs or in Model Garden's terms became
+        these settings, one line each (`estimator_dist.garden_flags`).
+      run: Checkpoint, summary, thread and GPU settings; holds `model_dir`.
     """
 
     run: RunConfigOptions
@@ -119,6 +126,8 @@ class JobConfig:
     exports: Tuple[str, ...] = export.EXPORTS
     export_best_by: str = "loss"
     exports_to_keep: int = 3
+    num_train_examples: Optional[int] = None
+    notes: Tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.keras_model and self.estimator:
@@ -173,6 +182,7 @@ class JobConfig:
             raise UsageError(
                 f"eval_throttle_secs must be 0 or more, received {self.eval_throttle_secs}."
             )
+        self._check_epoch_settings()
         for flag in ("params", "eval_params"):
             clashes = sorted(set(getattr(self, flag)) & {*_FLAG_PARAMS, *params_lib.JOB_KEYS})
             if clashes:
@@ -181,10 +191,28 @@ class JobConfig:
                     f"use --{clashes[0]} instead."
                 )
 
+    def _check_epoch_settings(self) -> None:
+        examples = self.num_train_examples
+        if examples is not None and examples < 1:
+            raise UsageError(f"num_train_examples must be at least 1, received {examples}.")
+        given = self.params.get("num_train_examples", examples)
+        if given != examples and examples is not None:
+            raise UsageError(
+                f"--params=num_train_examples={given} and --num_train_examples={examples} "
+                "disagree; give one of them."
+            )
+        if self.strategy.num_gpus != self.run.num_gpus:
+            raise UsageError(
+                f"num_gpus must be the same for the strategy ({self.strategy.num_gpus}) and "
+                f"the sessions ({self.run.num_gpus}); build both from --num_gpus."
+            )
+
     @property
     def model_params(self) -> dict:
         """The `params` dict handed to the model_fn and input_fn."""
+        epoch = {} if self.num_train_examples is None else {EPOCH_EXAMPLES: self.num_train_examples}
         return {
+            **epoch,
             **self.params,
             **{name: getattr(self, name) for name in _FLAG_PARAMS},
             ACCUMULATION_STEPS: self.gradient_accumulation_steps,

@@ -151,6 +151,8 @@ def make_run_record(
         "num_replicas": num_replicas,
         "strategy": strategies.train_name,
         "strategy_class": type(train).__name__ if train is not None else None,
+        "devices": list(strategies.devices),
+        "num_gpus": strategies.num_gpus,
         "eval_strategy": strategies.eval_name,
         "communication_requested": strategies.communication,
         "communication_used": strategies.effective_communication,

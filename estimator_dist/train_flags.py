@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from absl import flags
 
+from estimator_dist import garden_flags
 from estimator_dist.cpus import ONEDNN_SETTINGS
 from run_config.names import COMMUNICATIONS, EVAL_STRATEGY_NAMES, STRATEGY_NAMES, WIRE_DTYPES
 
@@ -80,9 +81,11 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_string(
         "input_fn",
         "digits",
-        "input_fn: a registered name (digits, mnist, fashion_mnist, cifar10, tfds, tfrecord, "
-        "csv, synthetic, tabular) or package.module:function. It may take any subset of "
-        "mode, params, config, input_context and return a Dataset or (features, labels).",
+        "input_fn: a registered name (digits, mnist, fashion_mnist, cifar10, cifar10_binary, "
+        "tfds, tfrecord, csv, synthetic, tabular) or package.module:function. It may take any "
+        "subset of mode, params, config, input_context and return a Dataset or (features, "
+        "labels). A --data_dir holding CIFAR-10's binary release makes cifar10, or no "
+        "--input_fn, read it with cifar10_binary.",
         flag_values=f,
     )
     flags.DEFINE_string(
@@ -297,7 +300,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_string(
         "data_dir",
         None,
-        "Dataset directory (TFDS data_dir); default ~/tensorflow_datasets.",
+        "Dataset directory: TFDS data_dir (default ~/tensorflow_datasets), or the folder of "
+        "CIFAR-10's binary release (cifar-10-batches-bin).",
         flag_values=f,
     )
     flags.DEFINE_integer("seed", 0, "Seed for initial weights and data order.", flag_values=f)
@@ -309,6 +313,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     )
     flags.mark_flag_as_required("model_dir", flag_values=f)
     flags.mark_flags_as_mutual_exclusive(["model_fn", "keras_model", "estimator"], flag_values=f)
+    garden_flags.define_flags(f)
 
 
 def job_from_flags(f: flags.FlagValues = flags.FLAGS) -> JobConfig:
@@ -324,42 +329,47 @@ def job_from_flags(f: flags.FlagValues = flags.FLAGS) -> JobConfig:
     from run_config.strategies import StrategyConfig
 
     try:
+        garden = garden_flags.resolve(f, parse_params_flag(f.params))
         return JobConfig(
             run=RunConfigOptions(
                 model_dir=f.model_dir,
-                save_checkpoints_steps=f.save_checkpoints_steps,
+                save_checkpoints_steps=garden.save_checkpoints_steps,
                 keep_checkpoint_max=f.keep_checkpoint_max,
                 save_summary_steps=f.save_summary_steps,
                 log_step_count_steps=f.log_step_count_steps,
                 intra_op_threads=f.intra_op_threads,
                 inter_op_threads=f.inter_op_threads,
                 tf_random_seed=f.seed,
+                num_gpus=garden.num_gpus,
             ),
-            model_fn=f.model_fn or "mnist_cnn",
+            model_fn=garden.model_fn,
             keras_model=f.keras_model,
             estimator=f.estimator,
             warm_start_from=f.warm_start_from,
             exports=tuple(f.export),
             export_best_by=f.export_best_by,
             exports_to_keep=f.exports_to_keep,
-            input_fn=f.input_fn,
-            eval_input_fn=f.eval_input_fn,
+            input_fn=garden.input_fn,
+            eval_input_fn=garden.eval_input_fn,
             eval_params=parse_params_flag(f.eval_params),
-            train_steps=f.train_steps,
+            train_steps=garden.train_steps,
             eval_steps=f.eval_steps,
             batch_size=f.batch_size,
             learning_rate=f.learning_rate,
             data_dir=f.data_dir,
             seed=f.seed,
-            params=parse_params_flag(f.params),
+            params=garden.params,
+            num_train_examples=garden.num_train_examples,
+            notes=garden.notes,
             gradient_accumulation_steps=f.gradient_accumulation_steps,
             micro_batches=f.micro_batches,
             strategy=StrategyConfig(
                 f.distribution_strategy,
-                f.communication,
+                garden.communication,
                 f.collective_timeout or None,
                 bytes_per_pack=f.bytes_per_pack,
                 gradient_wire_dtype=f.gradient_wire_dtype,
+                num_gpus=garden.num_gpus,
             ),
             eval_strategy=f.eval_distribution_strategy,
             eval_throttle_secs=f.eval_throttle_secs,

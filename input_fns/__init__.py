@@ -7,7 +7,9 @@ also be `package.module:function`. Registered:
 |---|---|
 | `digits` | the embedded 8x8 digits (TFDS format, prepared on first use) |
 | `mnist`, `fashion_mnist`, `cifar10` | those TFDS datasets, prepared under `data_dir` |
+| `cifar10_binary` | CIFAR-10's binary release (`data_batch_*.bin`, `test_batch.bin`) |
 | `tfds` | any prepared TFDS dataset, `params["dataset"]` |
+| `tfds_images` | any prepared TFDS image dataset, resized to `image_size`, in [-1, 1] |
 | `tfrecord` | TFRecord files of `tf.train.Example`: `files`, `features` |
 | `csv` | CSV files: `files`, `columns` |
 | `synthetic` | random images in memory, for benchmarks: `image_shape` |
@@ -27,7 +29,16 @@ from typing import Any, Callable, Mapping, Optional
 
 from estimator_dist.base import params as params_lib
 from estimator_dist.base.registry import Registry
-from input_fns import csv_input, digits, synthetic, tabular, tfds_input, tfrecord
+from input_fns import (
+    cifar10_binary,
+    csv_input,
+    digits,
+    synthetic,
+    tabular,
+    tfds_images,
+    tfds_input,
+    tfrecord,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +68,13 @@ REGISTERED: Mapping[str, Registration] = {
         tfds_input.fashion_mnist, tfds_input.TfdsParams, _tfds("fashion_mnist")
     ),
     "cifar10": Registration(tfds_input.cifar10, tfds_input.TfdsParams, _tfds("cifar10")),
+    "cifar10_binary": Registration(
+        cifar10_binary.input_fn, cifar10_binary.PARAMETERS, cifar10_binary.prepare
+    ),
     "tfds": Registration(tfds_input.input_fn, tfds_input.TfdsParams, _tfds(None)),
+    "tfds_images": Registration(
+        tfds_images.input_fn, tfds_images.TfdsImagesParams, tfds_images.prepare
+    ),
     "tfrecord": Registration(tfrecord.input_fn, tfrecord.TFRecordParams, tfrecord.prepare),
     "csv": Registration(csv_input.input_fn, csv_input.CsvParams, csv_input.prepare),
     "synthetic": Registration(synthetic.input_fn, synthetic.SyntheticParams),

@@ -10,12 +10,12 @@ Registered names:
 
 * `MODEL_FNS`: `mnist_cnn`, `resnet_cifar`, `dnn_classifier`, `linear_classifier`,
   `wide_and_deep`
-* `KERAS_MODELS`: `mnist_cnn`
+* `KERAS_MODELS`: `mnist_cnn`, `mobilenet_v2`
 * `ESTIMATORS`: `canned_dnn`, `canned_linear`, `canned_wide_and_deep`
 """
 
 from estimator_dist.base.registry import Registry
-from model_fns import canned, keras_cnn, mnist_cnn, resnet_cifar, tabular
+from model_fns import canned, keras_cnn, mnist_cnn, mobilenet_v2, resnet_cifar, tabular
 
 MODEL_FNS = Registry(
     "model_fn",
@@ -27,7 +27,10 @@ MODEL_FNS = Registry(
         "wide_and_deep": tabular.wide_and_deep,
     },
 )
-KERAS_MODELS = Registry("keras_model", {"mnist_cnn": keras_cnn.build_mnist_cnn})
+KERAS_MODELS = Registry(
+    "keras_model",
+    {"mnist_cnn": keras_cnn.build_mnist_cnn, "mobilenet_v2": mobilenet_v2.build_mobilenet_v2},
+)
 ESTIMATORS = Registry(
     "estimator",
     {

@@ -49,6 +49,14 @@ With k = 1 it returns the optimizer unchanged:
   ...     tf.compat.v1.train.GradientDescentOptimizer(0.1), {"gradient_accumulation_steps": 1})
   >>> type(optimizer).__name__
   'GradientDescentOptimizer'
+
+**The learning rate, by epoch** (`--params=decay_epochs=30;60,decay_rate=0.1`):
+`learning_rate(params, base_rate)` is the rate to build the optimizer with:
+`base_rate`, multiplied by `decay_rate` after each epoch of `decay_epochs`
+(`model_fns.learning_rates`; the driver sets `num_train_examples`, the
+examples in an epoch). It also shows the rate on the progress line and as
+the `learning_rate` TensorBoard scalar. `with_gradient_accumulation` refuses
+`decay_epochs` when the model_fn built its optimizer without it.
 """
 
 from __future__ import annotations
@@ -57,6 +65,9 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 import tensorflow as tf
 from tensorflow.python.distribute import values as value_lib
+
+from estimator_dist.base.errors import UsageError
+from model_fns import learning_rates
 
 #: The params key the driver sets from `--gradient_accumulation_steps`.
 ACCUMULATION_STEPS = "gradient_accumulation_steps"
@@ -154,6 +165,33 @@ def minimize_in_micro_batches(
     return tf.add_n(losses) / micro_batches, train_op
 
 
+def learning_rate(params: Optional[Mapping[str, Any]], base_rate: float) -> tf.Tensor:
+    """The learning rate of the current global step, for the optimizer of a model_fn.
+
+    Args:
+      params: The model_fn's params: `decay_epochs`, `decay_rate`,
+        `num_train_examples` (`learning_rates.EpochParams`), and the
+        driver's `batch_size` and `gradient_accumulation_steps`.
+      base_rate: The rate until the first of `decay_epochs` (such as
+        `params["learning_rate"]`).
+
+    Returns:
+      A float32 scalar tensor, shown on the progress line and written as the
+      `learning_rate` summary.
+
+    Raises:
+      UsageError: for invalid schedule parameters.
+
+    Example:
+      >>> with tf.Graph().as_default():
+      ...     rate = learning_rate({"decay_epochs": "2", "num_train_examples": 640,
+      ...                           "batch_size": 64}, 0.1)  # 0.1, then 0.01 after step 20
+    """
+    schedule = learning_rates.epoch_schedule(base_rate, params)
+    step = tf.compat.v1.train.get_or_create_global_step()
+    return learning_rates.track(learning_rates.learning_rate_tensor(schedule, step))
+
+
 def with_gradient_accumulation(
     optimizer: tf.compat.v1.train.Optimizer, params: Optional[Mapping[str, Any]]
 ) -> tf.compat.v1.train.Optimizer:
@@ -165,7 +203,18 @@ def with_gradient_accumulation(
 
     Returns:
       `optimizer` itself when k is 1, otherwise a `GradientAccumulationOptimizer`.
+
+    Raises:
+      UsageError: if `params` set `decay_epochs` but the model_fn built no
+        learning rate with `learning_rate` (it would be silently constant).
     """
+    decay = (params or {}).get("decay_epochs")
+    if decay not in (None, "") and learning_rates.tracked() is None:
+        raise UsageError(
+            f"--params sets decay_epochs={decay!r}, but this model_fn built its optimizer with "
+            "a fixed learning rate, which would not decay. Build it with "
+            "`model_fns.optimizers.learning_rate(params, base_rate)`, or leave decay_epochs out."
+        )
     steps = accumulation_steps(params)
     return optimizer if steps == 1 else GradientAccumulationOptimizer(optimizer, steps)
 

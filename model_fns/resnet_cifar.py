@@ -36,6 +36,7 @@ import tensorflow as tf
 from absl import logging
 
 from estimator_dist.base.params import from_params
+from model_fns import learning_rates
 from model_fns.optimizers import with_gradient_accumulation
 from model_fns.resnet_cifar_network import ResnetCifar
 from model_fns.resnet_cifar_params import (
@@ -136,8 +137,7 @@ def model_fn(
     schedule = hparams.schedule()
     _log_schedule_once(hparams, schedule)
     global_step = tf.compat.v1.train.get_or_create_global_step()
-    learning_rate = learning_rate_tensor(schedule, global_step)
-    tf.compat.v1.summary.scalar("learning_rate", learning_rate)
+    learning_rate = learning_rates.track(learning_rate_tensor(schedule, global_step))
     tf.compat.v1.summary.scalar("cross_entropy", cross_entropy)
     optimizer = with_gradient_accumulation(
         tf.compat.v1.train.MomentumOptimizer(learning_rate, momentum=hparams.momentum), params

@@ -4,20 +4,29 @@
 and derives the learning rate of every step from them, following Model
 Garden's CIFAR-10 recipe (`resnet_cifar_main.py`): learning rate 0.1 per 128
 examples of an update (the linear scaling rule), divided by 10 at epochs
-91, 136 and 182 (`LR_SCHEDULE`), no warm-up. `LearningRateSchedule` is that
+91, 136 and 182 (`LR_SCHEDULE`), no warm-up. Epochs become steps by the
+package's one rule (`model_fns.learning_rates`): epoch e ends at step
+ceil(e x 50,000 / examples an update). `LearningRateSchedule` is that
 schedule in Python; `learning_rate_tensor` the same in the graph.
 
 Example:
   >>> ResnetParams(batch_size=256).schedule().describe()
-  '0.2 until step 17745, then 0.02 until step 26520, then 0.002 until step 35490, then 0.0002'
+  '0.2 until step 17774, then 0.02 until step 26563, then 0.002 until step 35547, then 0.0002'
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Optional
 
-import tensorflow as tf
+from model_fns.learning_rates import (
+    LearningRateSchedule,
+    Numbers,
+    decaying,
+    epoch_boundaries,
+    learning_rate_tensor,
+    parse_numbers,
+)
 
 BATCH_NORM_MODES = ("local", "sync")
 DTYPES = ("float32", "float64")
@@ -25,74 +34,6 @@ DTYPES = ("float32", "float64")
 REFERENCE_BATCH_SIZE = 128
 #: Model Garden's CIFAR-10 learning rate decay epochs.
 DEFAULT_DECAY_EPOCHS = (91, 136, 182)
-
-Numbers = Optional[Union[str, float, List[float]]]
-
-
-def parse_numbers(value: Numbers, name: str) -> Tuple[float, ...]:
-    """Reads a list of numbers given as `a;b;c`, one number, or a list.
-
-    Args:
-      value: `"91;136;182"`, `91`, `[91, 136]`, `""` (none) or None (none).
-      name: The parameter's name, for messages.
-
-    Returns:
-      The numbers as floats.
-
-    Raises:
-      ValueError: if an item is not a number.
-
-    Example:
-      >>> parse_numbers("91;136;182", "decay_epochs")
-      (91.0, 136.0, 182.0)
-    """
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        items: Sequence[Any] = [item.strip() for item in value.split(";") if item.strip()]
-    elif isinstance(value, (list, tuple)):
-        items = value
-    else:
-        items = [value]
-    numbers_read = []
-    for item in items:
-        if isinstance(item, bool):
-            item = str(item)
-        try:
-            numbers_read.append(float(item))
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"{name} must be numbers separated by ';' (such as 91;136;182), received "
-                f"{value!r}: {item!r} is not a number."
-            ) from None
-    return tuple(numbers_read)
-
-
-@dataclasses.dataclass(frozen=True)
-class LearningRateSchedule:
-    """A piecewise constant learning rate: `values[i]` up to `boundaries[i]`.
-
-    Attributes:
-      boundaries: Global steps after which the rate changes, increasing.
-      values: One more rate than boundaries.
-    """
-
-    boundaries: Tuple[int, ...]
-    values: Tuple[float, ...]
-
-    def rate_at(self, step: int) -> float:
-        """The rate of global step `step` (the same rule as `piecewise_constant`)."""
-        for boundary, value in zip(self.boundaries, self.values):
-            if step <= boundary:
-                return value
-        return self.values[-1]
-
-    def describe(self) -> str:
-        """One line such as `0.1 until step 35490, 0.01 until 53040, then 0.001`."""
-        parts = [f"{self.values[0]:g}"]
-        for index, boundary in enumerate(self.boundaries):
-            parts.append(f"until step {boundary}, then {self.values[index + 1]:g}")
-        return " ".join(parts) if self.boundaries else f"{self.values[0]:g} at every step"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +54,9 @@ class ResnetParams:
       weight_decay: L2 coefficient: `weight_decay * sum(w ** 2)` over the
         convolution and dense weights is added to the loss. 0 disables it.
       num_train_examples: Examples in an epoch, to turn `decay_epochs` into
-        steps (`num_train_examples // update_batch_size` steps an epoch).
+        steps: epoch e ends at step ceil(e x num_train_examples /
+        update_batch_size) (`model_fns.learning_rates.epochs_to_steps`, the
+        rule of `--train_epochs` and `--save_checkpoints_epochs` too).
       decay_epochs: Epochs after which the rate is multiplied by
         `decay_rate`, as `91;136;182`, one number, or a list; `""` for a
         constant rate. Default (when `decay_steps` is not given either):
@@ -240,39 +183,14 @@ class ResnetParams:
                 if self.decay_epochs is None
                 else parse_numbers(self.decay_epochs, "decay_epochs")
             )
-            steps_per_epoch = max(1, self.num_train_examples // self.update_batch_size)
-            boundaries = tuple(int(round(epoch * steps_per_epoch)) for epoch in epochs)
+            boundaries = epoch_boundaries(epochs, self.num_train_examples, self.update_batch_size)
             given = "91;136;182" if self.decay_epochs is None else self.decay_epochs
             source = (
-                f"decay_epochs={given!r} at {steps_per_epoch} steps an epoch (num_train_examples="
-                f"{self.num_train_examples} // {self.update_batch_size} examples an update)"
-            )
-        if any(b < 1 for b in boundaries) or list(boundaries) != sorted(set(boundaries)):
-            raise ValueError(
-                f"learning rate boundaries must be increasing steps of at least 1; {source} "
-                f"gives steps {list(boundaries)}."
+                f"decay_epochs={given!r} over num_train_examples={self.num_train_examples} at "
+                f"{self.update_batch_size} examples an update"
             )
         initial = self.base_learning_rate * self.update_batch_size / REFERENCE_BATCH_SIZE
-        values = tuple(initial * self.decay_rate**index for index in range(len(boundaries) + 1))
-        return LearningRateSchedule(boundaries, values)
+        return decaying(initial, self.decay_rate, boundaries, source)
 
 
-def learning_rate_tensor(schedule: LearningRateSchedule, global_step: tf.Tensor) -> tf.Tensor:
-    """The learning rate of `global_step` as a graph tensor.
-
-    Args:
-      schedule: From `ResnetParams.schedule()`.
-      global_step: The integer global step tensor.
-
-    Returns:
-      A float32 scalar: `schedule.rate_at(global_step)`.
-
-    Example:
-      >>> schedule = ResnetParams(batch_size=256).schedule()
-      >>> rate = learning_rate_tensor(schedule, tf.constant(0, tf.int64))  # 0.2
-    """
-    if not schedule.boundaries:
-        return tf.constant(schedule.values[0], tf.float32)
-    return tf.compat.v1.train.piecewise_constant(
-        global_step, list(schedule.boundaries), [float(v) for v in schedule.values]
-    )
+__all__ = ["LearningRateSchedule", "ResnetParams", "learning_rate_tensor", "parse_numbers"]

@@ -38,6 +38,9 @@ class RunConfigOptions:
       intra_op_threads: Threads inside one op; 0 lets TensorFlow choose.
       inter_op_threads: Ops run in parallel; 0 lets TensorFlow choose.
       tf_random_seed: Graph-level seed, so every task initialises alike.
+      num_gpus: GPUs each task's sessions create (`--num_gpus`; 0 runs on
+        the CPU); None creates every visible GPU. The strategies hide the
+        others from TensorFlow's runtime too (`run_config.strategies`).
     """
 
     model_dir: str
@@ -49,6 +52,7 @@ class RunConfigOptions:
     intra_op_threads: int = 0
     inter_op_threads: int = 0
     tf_random_seed: Optional[int] = 0
+    num_gpus: Optional[int] = None
 
     def __post_init__(self) -> None:
         if not self.model_dir:
@@ -71,6 +75,11 @@ class RunConfigOptions:
         for name in ("keep_checkpoint_max", "save_summary_steps", "log_step_count_steps"):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} must be at least 1, received {getattr(self, name)}.")
+        if self.num_gpus is not None and self.num_gpus < 0:
+            raise UsageError(
+                f"num_gpus must be 0 (CPU) or more, or None (every visible GPU), received "
+                f"{self.num_gpus}."
+            )
         for name in ("intra_op_threads", "inter_op_threads"):
             value = getattr(self, name)
             if value < 0:
@@ -80,11 +89,16 @@ class RunConfigOptions:
 
 
 def make_session_config(options: RunConfigOptions) -> tf.compat.v1.ConfigProto:
-    """Returns the session configuration for `options`' thread settings."""
+    """Returns the session configuration for `options`' thread and GPU settings.
+
+    >>> make_session_config(RunConfigOptions("/tmp/m", num_gpus=0)).device_count["GPU"]
+    0
+    """
     return tf.compat.v1.ConfigProto(
         allow_soft_placement=True,
         intra_op_parallelism_threads=options.intra_op_threads,
         inter_op_parallelism_threads=options.inter_op_threads,
+        device_count={} if options.num_gpus is None else {"GPU": options.num_gpus},
     )
 
 

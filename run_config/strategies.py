@@ -17,7 +17,7 @@ coordinator mode) and the chosen evaluation strategy.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Optional, Tuple
 
 import tensorflow as tf
 from absl import logging
@@ -26,6 +26,7 @@ from tensorflow.python.distribute import collective_all_reduce_strategy
 from estimator_dist.base import tf_patches
 from estimator_dist.base.cluster import EVALUATOR, ClusterConfig
 from estimator_dist.base.errors import UsageError
+from run_config.gpus import check_gpus, plan_strategy, use_gpus
 from run_config.names import (
     CENTRAL_STORAGE,
     COMMUNICATIONS,
@@ -83,6 +84,9 @@ class StrategyConfig:
         in it, and converted back to float32 before the optimizer uses them.
         Half the bytes on the network, and about 3 significant digits per
         gradient value (see `estimator_dist.base.tf_patches`).
+      num_gpus: GPUs per worker (Model Garden's `--num_gpus`): the first
+        that many of those a task sees, 0 for the CPU; None (the default)
+        uses every visible GPU. See `run_config.gpus`.
     """
 
     name: str = MULTI_WORKER_MIRRORED
@@ -90,6 +94,7 @@ class StrategyConfig:
     collective_timeout_seconds: Optional[float] = None
     bytes_per_pack: int = 0
     gradient_wire_dtype: str = "float32"
+    num_gpus: Optional[int] = None
 
     def __post_init__(self) -> None:
         name = str(self.name).lower()
@@ -125,6 +130,12 @@ class StrategyConfig:
                 WIRE_DTYPES,
                 "Set --gradient_wire_dtype to one of them.",
             )
+        if self.num_gpus is not None and self.num_gpus < 0:
+            raise UsageError(
+                f"--num_gpus must be 0 (CPU) or more, received {self.num_gpus}; leave it out "
+                "to use every visible GPU."
+            )
+        plan_strategy(name, self.num_gpus, distributed=True)  # Refuses 2+ GPUs on one device.
         object.__setattr__(self, "gradient_wire_dtype", wire_dtype)
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "communication", communication)
@@ -180,13 +191,15 @@ def count_gpus() -> int:
 
 
 def get_strategy(
-    config: StrategyConfig, num_gpus: Optional[int] = None
+    config: StrategyConfig, num_gpus: Optional[int] = None, devices: Tuple[str, ...] = ()
 ) -> Optional[tf.distribute.Strategy]:
     """Builds the strategy named by `config`.
 
     Args:
       config: The strategy to build.
       num_gpus: GPUs visible to this task; counted when None.
+      devices: The local devices of `mirrored` and `one_device`
+        (`gpus.plan_strategy`); `()` lets the strategy choose.
 
     Returns:
       A `tf.distribute.Strategy`, or None for `off`. A
@@ -214,13 +227,15 @@ def get_strategy(
         tf_patches.set_gradient_transport(strategy, config.gradient_wire_dtype)
         return strategy
     if config.name == MIRRORED:
-        return tf.distribute.MirroredStrategy()
+        return tf.distribute.MirroredStrategy(devices=list(devices) or None)
     if config.name == CENTRAL_STORAGE:
         return tf.compat.v1.distribute.experimental.CentralStorageStrategy()
     if config.name == PARAMETER_SERVER:
         return tf.compat.v1.distribute.experimental.ParameterServerStrategy()
     if config.name == ONE_DEVICE:
-        return tf.distribute.OneDeviceStrategy("/gpu:0" if num_gpus else "/cpu:0")
+        return tf.distribute.OneDeviceStrategy(
+            devices[0] if devices else "/gpu:0" if num_gpus else "/cpu:0"
+        )
     return None
 
 
@@ -236,6 +251,9 @@ class Strategies:
       communication: Collective implementation requested.
       effective_communication: Collective implementation the built training
         strategy runs (`communication_of`), or None when it runs none.
+      devices: The local devices the training strategy mirrors over, read
+        from the built strategy; `()` without one.
+      num_gpus: GPUs this task trains on.
     """
 
     train_distribute: Optional[tf.distribute.Strategy]
@@ -244,6 +262,19 @@ class Strategies:
     eval_name: str
     communication: str
     effective_communication: Optional[str]
+    devices: Tuple[str, ...] = ()
+    num_gpus: int = 0
+
+    def describe(self) -> str:
+        """What this task built, as logged: class, devices, collectives."""
+        train = self.train_distribute
+        built = type(train).__name__ if train is not None else "no strategy"
+        devices = ", ".join(self.devices) or "no device of its own"
+        collectives = self.effective_communication or "none"
+        return (
+            f"training strategy {self.train_name} ({built}) over {devices}; {self.num_gpus} "
+            f"GPU(s); collectives {collectives}; evaluation strategy {self.eval_name}"
+        )
 
 
 def check_cluster_fits(config: StrategyConfig, cluster: ClusterConfig) -> None:
@@ -319,8 +350,8 @@ def make_strategies(
       The `Strategies` to put into RunConfig.
 
     Raises:
-      UsageError: for an unknown evaluation strategy, or a strategy that does
-        not fit the cluster.
+      UsageError: for an unknown evaluation strategy, a strategy that does
+        not fit the cluster, or more `config.num_gpus` than visible GPUs.
     """
     eval_name = str(eval_name).lower()
     if eval_name not in EVAL_STRATEGY_NAMES:
@@ -331,21 +362,30 @@ def make_strategies(
             "Evaluation runs in one process; set --eval_distribution_strategy to one of them.",
         )
     check_cluster_fits(config, cluster)
-    if num_gpus is None:
-        num_gpus = count_gpus()
+    num_gpus = check_gpus(config.num_gpus, count_gpus() if num_gpus is None else num_gpus)
+    if config.num_gpus is not None:
+        use_gpus(num_gpus)
     check_nccl_gpus(config, cluster, num_gpus)
+    train_name, devices = plan_strategy(config.name, config.num_gpus, cluster.is_distributed)
     eval_distribute = get_strategy(StrategyConfig(eval_name), num_gpus)
-    if cluster.task_type == EVALUATOR:
+    evaluator = cluster.task_type == EVALUATOR
+    if evaluator:
         train_distribute = tf.distribute.MirroredStrategy()
         train_name = MIRRORED
     else:
-        train_distribute = get_strategy(config, num_gpus)
-        train_name = config.name
-    return Strategies(
+        named = dataclasses.replace(config, name=train_name)
+        train_distribute = get_strategy(named, num_gpus, devices)
+    # The evaluator's MirroredStrategy never trains: its devices would mislead.
+    extended = None if evaluator else getattr(train_distribute, "extended", None)
+    built = Strategies(
         train_distribute=train_distribute,
         eval_distribute=eval_distribute,
         train_name=train_name,
         eval_name=eval_name,
         communication=config.communication,
         effective_communication=communication_of(train_distribute, num_gpus),
+        devices=tuple(getattr(extended, "worker_devices", ())),
+        num_gpus=num_gpus,
     )
+    logging.info("Task %s: %s.", cluster.role, built.describe())
+    return built

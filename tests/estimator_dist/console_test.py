@@ -16,6 +16,9 @@ from absl import logging as absl_logging
 from estimator_dist import console, guards
 from estimator_dist.console import ConsoleFilter, LogFormatter, format_progress
 from estimator_dist.guards import ProgressHook, progress_hook
+from estimator_dist.train_flags import job_from_args
+from model_fns import optimizers
+from run_config.run_config import make_run_config
 from tests.procs import REPO
 
 # --- what a person sees of a task's output ---------------------------------------------
@@ -155,6 +158,11 @@ def test_the_later_lines_of_a_record_follow_its_first():
         ),
         ((400, 400, float("nan"), None, None), "[100%] loss = nan, step = 400/400, done"),
         ((30, 100000, None, None, None), "[  0%] step = 30/100000"),
+        (
+            (200, 400, 0.23203, 6830.4, 2.4, 0.00012345),
+            "[ 50%] loss = 0.2320, learning_rate = 0.0001234, step = 200/400, 6,830 examples/s, "
+            "~2 s left",
+        ),
     ],
 )
 def test_progress_lines(args, line):
@@ -220,7 +228,7 @@ class Recorded(ProgressHook):
 @pytest.fixture
 def lines(monkeypatch):
     logged = []
-    monkeypatch.setattr(guards.logging, "info", lambda fmt, line: logged.append(line))
+    monkeypatch.setattr(guards.logging, "info", lambda fmt, *args: logged.append(fmt % args))
     return logged
 
 
@@ -256,6 +264,70 @@ def test_the_examples_of_a_step_follow_the_job():
     assert ProgressHook(400, None, 100)._examples_per_step is None  # A script's unknown batch.
     with pytest.raises(ValueError, match="every_n_steps=0"):
         ProgressHook(400, 64, 0)
+
+
+def scheduled_model_fn(features, labels, mode, params):
+    """mnist_cnn's loss without the network: the rate comes from `optimizers.learning_rate`."""
+    weight = tf.compat.v1.get_variable("w", [], initializer=tf.compat.v1.zeros_initializer())
+    loss = tf.square(weight - 3.0) + 0.0 * tf.reduce_mean(features["x"])
+    rate = optimizers.learning_rate(params, 0.1)
+    optimizer = optimizers.with_gradient_accumulation(
+        tf.compat.v1.train.GradientDescentOptimizer(rate), params
+    )
+    train_op = optimizer.minimize(loss, global_step=tf.compat.v1.train.get_global_step())
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+@pytest.mark.slow
+def test_epochs_checkpoint_at_each_boundary_and_show_the_rate_they_decay(tmp_path, lines):
+    job = job_from_args(
+        [
+            f"--model_dir={tmp_path}",
+            f"--batch_size={BATCH}",
+            "--num_train_examples=40",  # 5 steps an epoch.
+            "--train_epochs=4",
+            "--save_checkpoints_epochs=1",
+            "--params=decay_epochs=2",
+            "--save_summary_steps=1",
+            "--log_step_count_steps=5",
+        ]
+    )
+    assert (job.train_steps, job.run.save_checkpoints_steps) == (20, 5)
+    estimator = tf.estimator.Estimator(
+        scheduled_model_fn, config=make_run_config(job.run), params=job.model_params
+    )
+    hook = progress_hook(job.train_steps, job.batch_size, job.run.log_step_count_steps)
+    estimator.train(input_fn, max_steps=job.train_steps, hooks=[hook])
+
+    progress = [line for line in lines if console.PROGRESS.match(line)]
+    rates = [
+        re.search(r"learning_rate = ([\d.]+), step = (\d+)/20", line).groups() for line in progress
+    ]
+    # The rate decays after step 10, the end of epoch 2.
+    assert rates == [("0.1", "5"), ("0.1", "10"), ("0.01", "15"), ("0.01", "20")]
+    state = tf.train.get_checkpoint_state(str(tmp_path))
+    steps = [int(path.rsplit("-", 1)[1]) for path in state.all_model_checkpoint_paths]
+    assert {5, 10, 15, 20} <= set(steps) <= {0, 5, 10, 15, 20}
+    scalars = {}
+    for path in tf.io.gfile.glob(str(tmp_path / "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.tag == "learning_rate":
+                    scalars[event.step] = round(value.simple_value, 6)
+    assert set(scalars.values()) == {0.1, 0.01}
+    assert max(s for s, v in scalars.items() if v == 0.1) < min(
+        s for s, v in scalars.items() if v == 0.01
+    )
+
+
+def test_a_tensor_named_learning_rate_is_found_as_in_model_garden():
+    with tf.Graph().as_default() as graph:
+        assert guards.find_learning_rate(graph) is None
+        rate = tf.identity(tf.constant(0.1), name="learning_rate")
+        assert guards.find_learning_rate(graph) is rate
+    with tf.Graph().as_default() as graph:
+        tf.identity(tf.constant([0.1, 0.2]), name="learning_rate")  # Not a scalar: not a rate.
+        assert guards.find_learning_rate(graph) is None
 
 
 # --- a single process: the full log to model_dir/logs, the console quiet ----------------

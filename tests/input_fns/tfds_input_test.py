@@ -184,6 +184,7 @@ def test_named_tfds_inputs_are_registered():
     assert INPUT_FNS.get("tfds") is tfds_input.input_fn
     assert INPUT_FNS.names() == [
         "cifar10",
+        "cifar10_binary",
         "csv",
         "digits",
         "fashion_mnist",
@@ -191,6 +192,7 @@ def test_named_tfds_inputs_are_registered():
         "synthetic",
         "tabular",
         "tfds",
+        "tfds_images",
         "tfrecord",
     ]
 

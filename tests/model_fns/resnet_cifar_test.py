@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import input_fns  # noqa: F401  (registers the input keys, such as data_dir, every model accepts)
 from estimator_dist.base.errors import UsageError
 from estimator_dist.base.params import from_params
 from model_fns import MODEL_FNS, resnet_cifar
@@ -69,10 +70,10 @@ DRIVER = {"batch_size": 4, "learning_rate": 0.001, "data_dir": "/unused", "seed"
             "decay_steps='200;100' gives steps [200, 100]",
         ),
         (
-            {"decay_epochs": "0.001", "batch_size": 128},
+            {"decay_epochs": "0;1", "batch_size": 128},
             "learning rate boundaries must be increasing steps of at least 1; "
-            "decay_epochs='0.001' at 390 steps an epoch (num_train_examples=50000 // "
-            "128 examples an update) gives steps [0]",
+            "decay_epochs='0;1' over num_train_examples=50000 at 128 examples an update "
+            "gives steps [0, 391]",
         ),
     ],
 )
@@ -113,15 +114,16 @@ def test_learning_rate_scales_linearly_with_the_global_batch(batch_size, base, i
 
 def test_default_schedule_is_model_gardens_epochs_91_136_182():
     schedule = ResnetParams(batch_size=128).schedule()
-    # 50000 // 128 = 390 steps an epoch.
-    assert schedule.boundaries == (91 * 390, 136 * 390, 182 * 390)
+    # Epoch e ends at step ceil(e x 50000 / 128), the package's one rule for epochs.
+    assert schedule.boundaries == (35547, 53125, 71094)
+    assert schedule.boundaries == tuple(-(-e * 50000 // 128) for e in (91, 136, 182))
     assert schedule.values == pytest.approx((0.1, 0.01, 0.001, 0.0001))
-    assert schedule.rate_at(35490) == pytest.approx(0.1)
-    assert schedule.rate_at(35491) == pytest.approx(0.01)
-    assert schedule.rate_at(53041) == pytest.approx(0.001)
+    assert schedule.rate_at(35547) == pytest.approx(0.1)
+    assert schedule.rate_at(35548) == pytest.approx(0.01)
+    assert schedule.rate_at(53126) == pytest.approx(0.001)
     assert schedule.rate_at(10**6) == pytest.approx(0.0001)
     # A larger global batch has fewer steps an epoch: the same epochs.
-    assert ResnetParams(batch_size=1024).schedule().boundaries == (91 * 48, 136 * 48, 182 * 48)
+    assert ResnetParams(batch_size=1024).schedule().boundaries == (4444, 6641, 8887)
 
 
 def test_accumulated_micro_batches_schedule_like_a_larger_batch():

@@ -114,6 +114,13 @@ def test_make_session_config_threads():
     assert session_config.allow_soft_placement
 
 
+def test_num_gpus_limits_the_gpus_each_session_creates(tmp_path):
+    options = RunConfigOptions(str(tmp_path), num_gpus=2)
+    assert make_run_config(options).session_config.device_count["GPU"] == 2
+    with pytest.raises(UsageError, match="num_gpus must be 0 .CPU. or more, or None"):
+        RunConfigOptions(str(tmp_path), num_gpus=-1)
+
+
 def test_make_run_config_passes_strategies(tmp_path):
     train = tf.distribute.MirroredStrategy()
     evaluate = tf.distribute.OneDeviceStrategy("/cpu:0")
