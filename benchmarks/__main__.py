@@ -1,9 +1,11 @@
 """Runs the benchmark suite and writes docs/benchmarks/ (results.json, README.md, plots).
 
-  python -m benchmarks                      # everything, 3 rounds (about 1.7 hours on 2 cores)
-  python -m benchmarks --quick --rounds=1   # a shorter check of the suite (about 15 minutes)
+  python -m benchmarks                      # everything, 3 rounds (about 2 hours on 2 cores)
+  python -m benchmarks --quick --rounds=1   # a shorter check of the suite (about 18 minutes)
   python -m benchmarks --sections=collectives,startup
   python -m benchmarks --sections=overhead --output=/tmp/overhead   # package / hand-written alone
+  python -m benchmarks --sections=speedup   # MobileNetV2's speed-up table (~15 min), into
+                                            # docs/benchmarks/speedup/ (3 min with --quick)
 
 The *overhead* section (the package against hand-written Estimator code, 2
 workers x 64) runs at least 5 interleaved rounds (`--rounds` with `--quick`),
@@ -24,6 +26,7 @@ from typing import Sequence
 from absl import app, flags
 
 from benchmarks.report import write_report
+from benchmarks.speedup import report_directory
 from benchmarks.suite import SECTIONS, Settings, run_suite, save
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -69,11 +72,12 @@ def main(argv: Sequence[str]) -> None:
         )
     except ValueError as error:
         raise app.UsageError(str(error), exitcode=2) from None
-    os.makedirs(_OUTPUT.value, exist_ok=True)
-    path = os.path.join(_OUTPUT.value, "results.json")
+    output = report_directory(settings.sections, _OUTPUT.value, _OUTPUT.present)
+    os.makedirs(output, exist_ok=True)
+    path = os.path.join(output, "results.json")
     results = run_suite(settings, on_section=lambda partial: save(partial, path))
     save(results, path)
-    print(write_report(results, _OUTPUT.value))
+    print(write_report(results, output))
     for section in ("overhead", "alternatives"):
         for c in results.get(section, {}).get("comparisons", []):
             print(

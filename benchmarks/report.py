@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from absl import app, flags
 
-from benchmarks import scaling_model
+from benchmarks import scaling_model, speedup
 from benchmarks.options_table import HARDWARE_LIMIT, LARGER_BATCH, OPTIONS, REFERENCES
 
 #: Gradient bytes per all-reduce (float32 trainable parameters).
@@ -481,6 +481,9 @@ def markdown(results: dict, images: Sequence[str]) -> str:
             lines.append(f"| {i} | {run['first_step']:.1f} | {cells} |")
     if "input" in results:
         lines += ["", "## Input pipeline against training", "", results["input"]["table"]]
+    if "speedup" in results:
+        lines += ["", "## MobileNetV2 training time and speed-up (issue 19's table)", ""]
+        lines += speedup.table(results["speedup"])
     lines += ["", "## Plots", ""]
     lines += [f"![{os.path.basename(p)}]({os.path.basename(p)})" for p in images]
     return "\n".join(lines) + "\n"

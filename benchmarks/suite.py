@@ -23,7 +23,9 @@ Sections:
   to the hardware limit (two separate jobs at once, one per core);
 * `collectives`: all-reduce time against size, and the loopback floor;
 * `startup`: the launcher's start to the first training step, by phase;
-* `input`: input pipeline throughput against what training consumes.
+* `input`: input pipeline throughput against what training consumes;
+* `speedup`: issue 19's MobileNetV2 training-time table: 1 worker, 2 workers
+  at the same global batch and at twice it, beside the seeds' (`benchmarks.speedup`).
 """
 
 from __future__ import annotations
@@ -38,12 +40,21 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from absl import logging
 
-from benchmarks import allreduce, common, input_pipeline, startup_section
+from benchmarks import allreduce, common, input_pipeline, speedup, startup_section
 from benchmarks.contenders import MODELS, Config, measure, one_core_each
 from benchmarks.groups import ratio, run_groups, run_record, summary
 from benchmarks.options_table import OPTIONS, QUICK_OPTIONS
 
-SECTIONS = ("overhead", "alternatives", "scaling", "options", "collectives", "startup", "input")
+SECTIONS = (
+    "overhead",
+    "alternatives",
+    "scaling",
+    "options",
+    "collectives",
+    "startup",
+    "input",
+    "speedup",
+)
 #: Rounds of the overhead section at least (fewer with --quick): its target leaves a 2% margin,
 #: within the spread of a ratio of two runs on this machine.
 OVERHEAD_ROUNDS = 5
@@ -352,6 +363,7 @@ def run_suite(
         "collectives": lambda: collectives(settings),
         "startup": lambda: startup(settings),
         "input": lambda: input_throughput(settings),
+        "speedup": lambda: speedup.section(settings, settings.quick, speedup.measure),
     }
     for name in settings.sections:
         started = time.monotonic()
