@@ -294,7 +294,7 @@ def start_task(verbose: bool) -> None:
 
     Under the launcher, it prints `PROTOCOL_LINE` (unless `verbose`) and
     leaves the output whole: the launcher filters it. In a single process
-    without TF_CONFIG, it keeps the full log aside (`keep_log` moves it to
+    without TF_CONFIG (or CLUSTER_SPEC), it keeps the full log aside (`keep_log` moves it to
     model_dir) and shows what `ConsoleFilter` keeps. A task of a cluster
     platform keeps everything on its output, as with `verbose`.
 
@@ -306,8 +306,13 @@ def start_task(verbose: bool) -> None:
         if not verbose:
             sys.stderr.write(PROTOCOL_LINE + "\n")
             sys.stderr.flush()
-    elif not verbose and not os.environ.get("TF_CONFIG", "").strip():
+    elif not verbose and not _on_a_platform():
         _start_quiet("")
+
+
+def _on_a_platform() -> bool:
+    """Whether a platform gave this task its cluster: TF_CONFIG, or Vertex AI's CLUSTER_SPEC."""
+    return any(os.environ.get(name, "").strip() for name in ("TF_CONFIG", "CLUSTER_SPEC"))
 
 
 def start_launcher(verbose: bool) -> None:

@@ -354,15 +354,16 @@ app.run(main)
 """
 
 
-def run_script(tmp_path, verbose, model_dir):
+def run_script(tmp_path, verbose, model_dir, **extra_env):
     script = tmp_path / "user_script.py"
     script.write_text(textwrap.dedent(SCRIPT))
     env = {
         key: value
         for key, value in os.environ.items()
-        if key not in ("TF_CONFIG", console.SUPERVISED_ENV)
+        if key not in ("TF_CONFIG", "CLUSTER_SPEC", console.SUPERVISED_ENV)
     }
     env.update(
+        extra_env,
         VERBOSE=str(int(verbose)),
         MODEL_DIR=str(model_dir),
         PYTHONPATH=REPO,
@@ -379,6 +380,14 @@ def run_script(tmp_path, verbose, model_dir):
     )
     assert done.returncode == 0, done.stdout
     return done.stdout.splitlines()
+
+
+@pytest.mark.multiprocess
+def test_a_vertex_task_given_only_cluster_spec_keeps_everything_on_its_output(tmp_path):
+    spec = '{"cluster": {"workerpool0": ["h0:2222"]}, "task": {"type": "workerpool0", "index": 0}}'
+    output = run_script(tmp_path, verbose=False, model_dir=tmp_path, CLUSTER_SPEC=spec)
+    assert any(line.endswith("] an INFO line") for line in output), output
+    assert not (tmp_path / "logs").exists()
 
 
 @pytest.mark.multiprocess
