@@ -6,11 +6,11 @@ hang or a crash minutes later. `parse_tf_config` checks every field up
 front, names the field, the value and the fix, and normalises the dialects
 that platforms write into the one form `tf.estimator` handles:
 
-* `master` (AI Platform, Vertex AI, SageMaker) becomes `chief`. A `master`
+* `master` (AI Platform 1.x, SageMaker's ps mode, TFJob) becomes `chief`. A `master`
   job would silently switch Estimator's distribute coordinator off.
 * An `evaluator` listed inside `cluster` (Kubeflow TFJob) is taken out of
   it: TensorFlow expects the evaluator to be outside the cluster.
-* A cluster of workers only (Ray) gets its worker 0 promoted to `chief`, and
+* A cluster of workers only (Ray Train, SageMaker) gets its worker 0 promoted to `chief`, and
   the other workers renumbered, identically on every task.
 
 Example, a chief of a two-task cluster::
