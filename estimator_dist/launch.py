@@ -49,6 +49,11 @@ step: every task receives SIGTERM, they stop at one global step which the
 chief checkpoints (`estimator_dist.preemption`), and the launcher exits 128 +
 the signal's number (143, 130). A SIGKILL of the launcher ends every task at
 once: they hold the kernel's parent death signal.
+
+With `--engine=ray --ray_address=HOST:PORT`, the same job runs on an existing
+Ray cluster, one Ray actor per task, on distinct nodes by default, supervised
+and restarted the same way; it needs a `--model_dir` every node shares (see
+`estimator_dist.ray_engine` and docs/ray.md).
 """
 
 from __future__ import annotations
@@ -58,20 +63,24 @@ import signal
 import sys
 import tempfile
 import time
-from typing import Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence, Tuple, TypeVar
 
 import portpicker
 from absl import flags
 
-from estimator_dist import console, netns, train_flags
+from estimator_dist import console, launch_flags, netns, train_flags
 from estimator_dist import script_config as script_lib
 from estimator_dist.base import cli, pitfalls
-from estimator_dist.base.cluster import ClusterConfig, make_local_cluster
+from estimator_dist.base.cluster import LocalCluster, make_local_cluster
 from estimator_dist.base.errors import Error, UsageError
+from estimator_dist.ray_engine import RayEngine
+from estimator_dist.ray_settings import JobShape
 from estimator_dist.restarts import RestartSettings, run_with_restarts
 from estimator_dist.supervise import Launcher
+from estimator_dist.task_start import start_local_task
 
 PROGRAM = "estimator_dist.launch"
+_T = TypeVar("_T")
 
 _NUM_WORKERS = flags.DEFINE_integer(
     "num_workers", 2, "Training tasks, the chief included.", lower_bound=1
@@ -156,6 +165,13 @@ EXPOSED_MESSAGE = (
     "listen on all interfaces without authentication while the job runs"
 )
 
+#: First line of a launcher whose tasks run on a Ray cluster.
+RAY_NETWORK_MESSAGE = (
+    "WARNING: network: the Ray cluster's; TensorFlow's gRPC servers listen on all interfaces "
+    "of their nodes without authentication while the job runs: run it only on a network "
+    "nobody else can reach"
+)
+
 
 class _Signalled(Exception):
     """The launcher received SIGTERM or SIGINT."""
@@ -190,8 +206,13 @@ class Plan:
     report: Tuple[str, ...]
 
 
-def _train_plan(train_args: Sequence[str]) -> Plan:
+def _train_plan(train_args: Sequence[str], shared_model_dir: bool) -> Plan:
     """Validates the flags of `estimator_dist.train` and runs its pre-flight once.
+
+    Args:
+      train_args: The flags after `--`.
+      shared_model_dir: Whether `--model_dir` must be given (with Ray); without
+        it, a temporary directory is used.
 
     Raises:
       UsageError: for a bad flag, a job that does not fit the cluster, or a
@@ -208,6 +229,12 @@ def _train_plan(train_args: Sequence[str]) -> Plan:
         )
     args = list(train_args)
     if not any(arg.startswith("--model_dir") for arg in args):
+        if shared_model_dir:
+            raise UsageError(
+                "--engine=ray needs --model_dir after '--': a directory every Ray node reads "
+                "and writes (a shared file system, gs://...), for the checkpoints, the final "
+                "metrics and logs/. Pass e.g. `-- --model_dir=/shared/run1`."
+            )
         args.append(f"--model_dir={tempfile.mkdtemp(prefix='estimator_dist-')}")
     job = train_flags.job_from_args(args, known_only=True)
     # One replica per worker here; each task checks again with its own replicas.
@@ -280,7 +307,7 @@ def _script_plan(script_args: Sequence[str]) -> Plan:
     )
 
 
-def _new_cluster(attempt: int) -> ClusterConfig:
+def _new_cluster(attempt: int) -> LocalCluster:
     """The local cluster of one attempt, on fresh ports."""
     ports = [portpicker.pick_unused_port() for _ in range(_NUM_WORKERS.value + _NUM_PS.value)]
     return make_local_cluster(
@@ -298,10 +325,17 @@ def _network() -> str:
     return ISOLATED_MESSAGE if reason is None else EXPOSED_MESSAGE.format(reason=reason)
 
 
-def _plan(argv: Sequence[str]) -> Plan:
-    """The job's plan, validated once; a usage error exits 2, another error its code."""
+def _plan(argv: Sequence[str], shared_model_dir: bool) -> Plan:
+    """The job's plan, validated once."""
+    if _SCRIPT.value:
+        return _script_plan(argv[1:])
+    return _train_plan(argv[1:], shared_model_dir)
+
+
+def _or_exit(call: Callable[..., _T], *args: object) -> _T:
+    """Returns `call(*args)`; a usage error exits 2, another error its code."""
     try:
-        return _script_plan(argv[1:]) if _SCRIPT.value else _train_plan(argv[1:])
+        return call(*args)
     except UsageError as error:
         cli.usage_exit(PROGRAM, str(error))
     except Error as error:
@@ -333,23 +367,29 @@ def main(argv: Sequence[str]) -> int:
     from estimator_dist import records
     from estimator_dist.startup import process_started
 
-    isolation = _network()
-    plan = _plan(argv)
+    ray = _or_exit(launch_flags.ray_settings)  # Before the pre-flight: a missing Ray fails at once.
+    isolation = _network() if ray is None else RAY_NETWORK_MESSAGE
+    plan = _or_exit(_plan, argv, ray is not None)
+    shape = JobShape(_NUM_WORKERS.value, _NUM_PS.value, _EVALUATOR.value)
+    engine = None if ray is None else RayEngine(ray, shape)
     launcher = Launcher(
         plan.args,
         plan.model_dir,
         lambda: records.checkpoint_step(plan.model_dir),
-        _PIN_CORES.value,
+        _PIN_CORES.value and engine is None,
         process_started(),
         module=plan.module,
         steps_name=plan.steps_name,
         verbose=_VERBOSE.value,
+        start_task=start_local_task if engine is None else engine.start_task,
     )
     for line in (isolation, *plan.report):
         launcher.say(line)
+    if engine is not None:
+        _or_exit(engine.connect, launcher.say)  # Before the signal handlers: Ray sets its own.
     launcher.say(
-        f"local cluster: {_NUM_WORKERS.value} worker(s), {_NUM_PS.value} ps, evaluator: "
-        f"{_EVALUATOR.value}; model_dir {plan.model_dir}"
+        f"{'local cluster' if engine is None else 'Ray cluster'}: {_NUM_WORKERS.value} "
+        f"worker(s), {_NUM_PS.value} ps, evaluator: {_EVALUATOR.value}; model_dir {plan.model_dir}"
     )
     settings = RestartSettings(
         _MAX_RESTARTS.value, _FINISH_TIMEOUT.value, _GRACE.value, _EVALUATOR.value
@@ -357,12 +397,16 @@ def main(argv: Sequence[str]) -> int:
     deadline = time.monotonic() + _TIMEOUT.value if _TIMEOUT.value else None
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, _raise_signalled)
+    new_cluster = _new_cluster if engine is None else engine.new_cluster
     try:
         return run_with_restarts(
-            launcher, _new_cluster, plan.model_dir, plan.train_steps, deadline, settings
+            launcher, new_cluster, plan.model_dir, plan.train_steps, deadline, settings
         )
     except _Signalled as signalled:
         return _stop_on_signal(launcher, signalled, plan.model_dir)
+    finally:
+        if engine is not None:
+            engine.close()
 
 
 def run() -> None:

@@ -3,7 +3,8 @@
 `run_with_restarts` is the launcher's whole-job loop, kept apart from how the
 tasks are started: it takes a `Launcher` (which starts, supervises and stops
 the task processes) and a function that makes the cluster of each attempt
-(fresh ports every time), so another engine can reuse it with its own. Each
+(fresh ports every time), so another engine can reuse it with its own
+(`estimator_dist.ray_engine`: fresh actors and ports on the nodes alive). Each
 failed attempt is stopped whole, the checkpoint step is read, and
 `RestartPolicy` decides whether to restart from it (with a backoff of 1, 2,
 4 ... 30 s) or give up with the failure's exit code.
@@ -25,7 +26,8 @@ import time
 from typing import Callable, List, Optional
 
 from estimator_dist.base import exit_codes
-from estimator_dist.base.cluster import ClusterConfig
+from estimator_dist.base.cluster import LocalCluster
+from estimator_dist.base.errors import Error
 from estimator_dist.exits import RestartPolicy
 from estimator_dist.supervise import Launcher
 
@@ -51,7 +53,7 @@ class RestartSettings:
 
 def run_with_restarts(
     launcher: Launcher,
-    new_cluster: Callable[[int], ClusterConfig],
+    new_cluster: Callable[[int], LocalCluster],
     model_dir: str,
     train_steps: Optional[int],
     deadline: Optional[float],
@@ -61,7 +63,8 @@ def run_with_restarts(
 
     Args:
       launcher: Starts, supervises and stops the tasks; prints the summary.
-      new_cluster: The cluster of attempt N (0 first).
+      new_cluster: The cluster of attempt N (0 first). An `Error` it raises
+        ends the job with the error's exit code.
       model_dir: The job's model_dir, where checkpoints and metrics are read.
       train_steps: The last step, or None when the tasks print it.
       deadline: `time.monotonic()` at which the job fails, or None.
@@ -76,7 +79,12 @@ def run_with_restarts(
     policy = RestartPolicy(settings.max_restarts)
     restarts: List[str] = []
     for attempt in range(settings.max_restarts + 1):
-        launcher.start(new_cluster(attempt).tasks, attempt)
+        try:
+            cluster = new_cluster(attempt)
+        except Error as error:  # No cluster to run on, such as too few Ray nodes left.
+            launcher.say(f"job failed: {error}; {len(restarts)} failed attempt(s)")
+            return error.exit_code
+        launcher.start(cluster.tasks, attempt)
         failure = launcher.supervise(
             deadline,
             train_steps,
@@ -98,6 +106,7 @@ def run_with_restarts(
         if reason is not None:
             launcher.say(f"job failed ({reason}); {len(restarts)} failed attempt(s)")
             return failure.exit_code
+        _clear_preemption(model_dir)
         backoff = min(2.0**attempt, 30.0)
         launcher.say(
             f"restarting the whole cluster from checkpoint step {step} in {backoff:g} s "
@@ -118,3 +127,20 @@ def run_with_restarts(
         launcher.say(f"the evaluator wrote no final metrics to {model_dir}")
         return exit_codes.FAILURE
     return exit_codes.OK
+
+
+def _clear_preemption(model_dir: str) -> None:
+    """Removes the stopped attempt's preemption requests and decision before a restart.
+
+    A chief stopped while a peer was gone may leave a decision to stop at a
+    step past the latest checkpoint, which a restarted worker reading it
+    before the new chief clears the directory would obey: every task of that
+    attempt is stopped now, so none of its files means anything any more.
+    """
+    import tensorflow as tf
+
+    from estimator_dist.preemption import PREEMPTION_DIR
+
+    path = os.path.join(model_dir, PREEMPTION_DIR)
+    if tf.io.gfile.exists(path):
+        tf.io.gfile.rmtree(path)

@@ -6,13 +6,15 @@ what `console.ConsoleFilter` keeps of it (everything with `verbose`, or from a
 task that does not print `console.PROTOCOL_LINE` first), and waits for one
 attempt to end; `exits.RestartPolicy` decides whether the whole
 cluster is restarted after a failed attempt. Both are independent of where the
-tasks run: `estimator_dist.launch` drives them for a local cluster.
+tasks run: `estimator_dist.launch` drives them for a local cluster and for a
+Ray cluster.
 
-Tasks never outlive their launcher: each is started with the kernel's parent
-death signal (`PR_SET_PDEATHSIG`, SIGKILL), so even a SIGKILL of the launcher
-(the OOM killer, a CI runner's timeout) ends every task at once. A failed
-evaluator is restarted alone, from the latest checkpoint, while training goes
-on: it holds no training state.
+How a task's process starts is the caller's: `task_start.start_local_task`
+by default (a child of the launcher, which holds the kernel's parent death
+signal, so even a SIGKILL of the launcher ends every task at once), or a Ray
+actor's proxy (`estimator_dist.ray_engine`). A failed evaluator is restarted
+alone, from the latest checkpoint, while training goes on: it holds no
+training state.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from estimator_dist import console
 from estimator_dist import script_config as script_lib
 from estimator_dist.base import exit_codes
 from estimator_dist.base.cluster import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig
-from estimator_dist.cpus import split_cores, task_process_setup
+from estimator_dist.cpus import split_cores
 from estimator_dist.exits import LOST_PEER, Failure, describe_exit, exit_code_of
+from estimator_dist.task_start import TaskProcess, TaskSpec, start_local_task
 
 #: Stands in the exits queue for "the chief ran its first step: start the evaluator".
 _RELEASE = object()
@@ -63,7 +66,7 @@ class Task:
     """
 
     config: ClusterConfig
-    process: Optional[subprocess.Popen]
+    process: Optional[TaskProcess]
     log: Optional[IO[str]]
     detail: Optional[str] = None
 
@@ -75,10 +78,10 @@ class Task:
 
 
 class Launcher:
-    """Starts the tasks of a local cluster and supervises one attempt at a time.
+    """Starts the tasks of a cluster and supervises one attempt at a time.
 
-    Tasks stay in the launcher's process group, so Ctrl-C in a terminal, or a
-    signal to the group, reaches every one of them too.
+    Local tasks stay in the launcher's process group, so Ctrl-C in a terminal,
+    or a signal to the group, reaches every one of them too.
 
     Args:
       train_args: Arguments of `module`, the same on every task.
@@ -92,6 +95,7 @@ class Launcher:
         `estimator_dist.script` for a legacy script.
       steps_name: How messages name the setting of the last step.
       verbose: Echo every line of every task, not only what a person needs.
+      start_task: Starts one task's process (`task_start.start_local_task`).
     """
 
     def __init__(
@@ -105,7 +109,9 @@ class Launcher:
         module: str = TRAIN_MODULE,
         steps_name: str = "--train_steps",
         verbose: bool = False,
+        start_task: Callable[[TaskSpec], TaskProcess] = start_local_task,
     ) -> None:
+        self._start_task = start_task
         self._module = module
         self._verbose = verbose
         self._steps_name = steps_name
@@ -172,19 +178,8 @@ class Launcher:
     def _spawn(self, task: Task) -> None:
         config = task.config
         cores = self._cores.get(config.role)
-        task.process = subprocess.Popen(
-            [sys.executable, "-m", self._module, *self._train_args],
-            env=dict(
-                os.environ,
-                TF_CONFIG=config.to_json(),
-                PYTHONUNBUFFERED="1",
-                **{console.SUPERVISED_ENV: "1"},
-            ),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            preexec_fn=task_process_setup(cores, os.getpid()),
+        task.process = self._start_task(
+            TaskSpec(self._module, tuple(self._train_args), config, cores)
         )
         path = os.path.join(self._model_dir, "logs", f"{config.role}.log")
         try:
@@ -199,6 +194,7 @@ class Launcher:
         self._log(task, f"===== attempt {self._attempt} =====\n")
         threading.Thread(target=self._pump, args=(task, self._exits), daemon=True).start()
         on = f" on cores {','.join(map(str, sorted(cores)))}" if cores else ""
+        on += getattr(task.process, "where", "")
         self.say(f"started {task.name} (pid {task.process.pid}){on} TF_CONFIG={config.to_json()}")
 
     def _pump(self, task: Task, exits: queue.Queue) -> None:
@@ -238,7 +234,9 @@ class Launcher:
                     self.last_step_seen = max(self.last_step_seen, int(progress.group(1)))
         finally:
             self._close_log(task)
-            exits.put((task, task.process.wait()))
+            code = task.process.wait()
+            task.detail = getattr(task.process, "lost", None) or task.detail
+            exits.put((task, code))
 
     def _log(self, task: Task, line: str) -> None:
         """Appends `line` to the task's log file; after a failed write, says so once and stops."""
