@@ -146,7 +146,7 @@ def _log_steps(steps: int, warmup: int) -> int:
     return max(1, (steps - warmup) // SUMMARIES)
 
 
-def _package_args(config: Config, model_dir: str, steps: int, warmup: int) -> List[str]:
+def package_args(config: Config, model_dir: str, steps: int, warmup: int) -> List[str]:
     """`estimator_dist.train` flags that run `config` on one task of its cluster."""
     return [
         f"--model_dir={model_dir}",
@@ -193,7 +193,7 @@ def _measure_in(directory: str, config: Config, horovod_python: str, timeout: fl
         alone = dataclasses.replace(config, contender="package", workers=1)
         model_dirs = [os.path.join(directory, f"model-{i}") for i in range(config.workers)]
         commands = [
-            common.python_module("estimator_dist.train", *_package_args(alone, d, steps, warmup))
+            common.python_module("estimator_dist.train", *package_args(alone, d, steps, warmup))
             for d in model_dirs
         ]
         common.run_tasks(commands, [_env(config)] * config.workers, cores, directory, timeout)
@@ -224,7 +224,7 @@ def _measure_in(directory: str, config: Config, horovod_python: str, timeout: fl
         ]
         commands = [common.python_module("benchmarks.handwritten", *args)] * config.workers
     else:
-        args = _package_args(config, model_dir, steps, warmup)
+        args = package_args(config, model_dir, steps, warmup)
         commands = [common.python_module("estimator_dist.train", *args)] * config.workers
     common.run_tasks(commands, envs, cores, directory, timeout)
     updates_per_second = common.step_rate(model_dir, warmup)

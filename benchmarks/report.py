@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from absl import app, flags
 
-from benchmarks import scaling_model, speedup
+from benchmarks import engines, scaling_model, speedup
 from benchmarks.options_table import HARDWARE_LIMIT, LARGER_BATCH, OPTIONS, REFERENCES
 
 #: Gradient bytes per all-reduce (float32 trainable parameters).
@@ -484,6 +484,9 @@ def markdown(results: dict, images: Sequence[str]) -> str:
     if "speedup" in results:
         lines += ["", "## MobileNetV2 training time and speed-up (issue 19's table)", ""]
         lines += speedup.table(results["speedup"])
+    if "engines" in results:
+        lines += ["", "## Ray against the local launcher (issue 17)", ""]
+        lines += engines.table(results["engines"])
     lines += ["", "## Plots", ""]
     lines += [f"![{os.path.basename(p)}]({os.path.basename(p)})" for p in images]
     return "\n".join(lines) + "\n"

@@ -25,7 +25,9 @@ Sections:
 * `startup`: the launcher's start to the first training step, by phase;
 * `input`: input pipeline throughput against what training consumes;
 * `speedup`: issue 19's MobileNetV2 training-time table: 1 worker, 2 workers
-  at the same global batch and at twice it, beside the seeds' (`benchmarks.speedup`).
+  at the same global batch and at twice it, beside the seeds' (`benchmarks.speedup`);
+* `engines`: the same launcher job on a Ray cluster and on the local launcher
+  (`benchmarks.engines`).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from absl import logging
 
-from benchmarks import allreduce, common, input_pipeline, speedup, startup_section
+from benchmarks import allreduce, common, engines, input_pipeline, speedup, startup_section
 from benchmarks.contenders import MODELS, Config, measure, one_core_each
 from benchmarks.groups import ratio, run_groups, run_record, summary
 from benchmarks.options_table import OPTIONS, QUICK_OPTIONS
@@ -54,6 +56,7 @@ SECTIONS = (
     "startup",
     "input",
     "speedup",
+    "engines",
 )
 #: Rounds of the overhead section at least (fewer with --quick): its target leaves a 2% margin,
 #: within the spread of a ratio of two runs on this machine.
@@ -364,6 +367,7 @@ def run_suite(
         "startup": lambda: startup(settings),
         "input": lambda: input_throughput(settings),
         "speedup": lambda: speedup.section(settings, settings.quick, speedup.measure),
+        "engines": lambda: engines.section(settings, engines.measure),
     }
     for name in settings.sections:
         started = time.monotonic()

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def test_every_contender_uses_the_same_intervals_beyond_any_run():
-    args = contenders._package_args(Config(workers=2), "/tmp/model", 1000, 200)
+    args = contenders.package_args(Config(workers=2), "/tmp/model", 1000, 200)
     assert f"--save_checkpoints_steps={NEVER_STEPS}" in args
     assert f"--save_summary_steps={NEVER_STEPS}" in args
     for module in ("handwritten", "horovod_estimator", "input_pipeline"):
@@ -58,6 +58,9 @@ def test_a_checkpoint_interval_up_to_a_million_costs_a_session_call_per_step(
         estimator.train(ones_input_fn, steps=steps)
         return len(calls) - before
 
-    # Start-up and end calls are the same in both runs: the difference is 50 steps' calls.
+    # Start-up and end calls are the same in both runs: the difference is 50 steps' calls,
+    # give or take one: StopAtStepHook reads the global step once more when a stale read
+    # (racing the increment in the same session call) already shows the last step.
     estimator.train(ones_input_fn, steps=1)
-    assert calls_to_train(100) - calls_to_train(50) == 50 * calls_per_step
+    difference = calls_to_train(100) - calls_to_train(50)
+    assert abs(difference - 50 * calls_per_step) <= 1, difference
