@@ -88,6 +88,45 @@ def _compare(name: str, higher_is_better: bool) -> Callable[[Mapping, Mapping], 
     return is_better
 
 
+class _SkipVanishedCheckpoint(tf.estimator.Exporter):
+    """An exporter that skips a checkpoint deleted since its evaluation, instead of failing.
+
+    The evaluator evaluates a checkpoint, then exports it; meanwhile the chief
+    may have deleted it (`--keep_checkpoint_max` keeps only the newest), which
+    would fail the evaluator with "not a valid checkpoint". The next
+    evaluation exports a newer one, and the final checkpoint is never deleted.
+    """
+
+    def __init__(self, exporter: tf.estimator.Exporter) -> None:
+        self._exporter = exporter
+
+    @property
+    def name(self) -> str:
+        return self._exporter.name
+
+    def export(
+        self,
+        estimator: tf.estimator.Estimator,
+        export_path: str,
+        checkpoint_path: str,
+        eval_result: Mapping[str, Any],
+        is_the_final_export: bool,
+    ) -> Any:
+        try:
+            return self._exporter.export(
+                estimator, export_path, checkpoint_path, eval_result, is_the_final_export
+            )
+        except (ValueError, tf.errors.OpError):
+            if tf.io.gfile.exists(f"{checkpoint_path}.index"):
+                raise
+            logging.warning(
+                "Not exporting %s: the chief deleted it after it was evaluated (it keeps the "
+                "newest --keep_checkpoint_max); a later evaluation exports a newer one.",
+                checkpoint_path,
+            )
+            return None
+
+
 def make_exporters(
     feature_specs: Any,
     exports: Sequence[str],
@@ -103,7 +142,8 @@ def make_exporters(
       exports_to_keep: Exports kept of each kind.
 
     Returns:
-      The exporters, in the order of `exports`.
+      The exporters, in the order of `exports`, each skipping a checkpoint
+      deleted since its evaluation (`_SkipVanishedCheckpoint`).
     """
     receiver = serving_input_receiver_fn(feature_specs)
     exporters: List[tf.estimator.Exporter] = []
@@ -127,4 +167,4 @@ def make_exporters(
                     exports_to_keep=exports_to_keep,
                 )
             )
-    return exporters
+    return [_SkipVanishedCheckpoint(exporter) for exporter in exporters]

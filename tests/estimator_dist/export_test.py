@@ -26,7 +26,7 @@ def test_best_metric_direction(best_by, expected):
 
 def test_best_export_compares_by_the_chosen_metric():
     (best,) = export.make_exporters({"x": tf.TensorSpec([None, 2])}, ["best"], "accuracy", 2)
-    better = best._compare_fn
+    better = best._exporter._compare_fn
     assert better({"accuracy": 0.5, "loss": 1.0}, {"accuracy": 0.6, "loss": 2.0})
     assert not better({"accuracy": 0.6, "loss": 1.0}, {"accuracy": 0.5, "loss": 0.1})
 
@@ -34,7 +34,9 @@ def test_best_export_compares_by_the_chosen_metric():
 def test_fail_with_a_best_metric_the_evaluation_does_not_have():
     (best,) = export.make_exporters({"x": tf.TensorSpec([None, 2])}, ["best"], "auc", 2)
     with pytest.raises(UsageError, match="has no metric 'auc'; it has accuracy, loss"):
-        best._compare_fn({"accuracy": 0.5, "loss": 1.0, "global_step": 3}, {"accuracy": 0.6})
+        best._exporter._compare_fn(
+            {"accuracy": 0.5, "loss": 1.0, "global_step": 3}, {"accuracy": 0.6}
+        )
 
 
 def test_serving_receiver_takes_each_feature_with_a_free_batch_dimension():
@@ -83,3 +85,38 @@ def test_bare_tensor_features_export_a_model_that_serves_them(tmp_path):
     serve = tf.saved_model.load(path).signatures["serving_default"]
     assert list(serve.structured_input_signature[1]) == ["features"]
     assert serve(features=tf.ones([5, 4]))["class_ids"].shape == [5]
+
+
+class _FailingExporter(tf.estimator.Exporter):
+    name = "failing"
+
+    def export(self, *args):
+        raise ValueError("an export that fails for another reason")
+
+
+def _train_two_steps(model_dir):
+    def input_fn():
+        data = tf.data.Dataset.from_tensor_slices((tf.ones([8, 4]), tf.zeros([8], tf.int32)))
+        return data.repeat().batch(4)
+
+    estimator = tf.estimator.Estimator(_bare_tensor_model_fn, model_dir=model_dir)
+    estimator.train(input_fn, max_steps=2)
+    return estimator
+
+
+def test_an_export_skips_a_checkpoint_the_chief_deleted_after_its_evaluation(tmp_path):
+    estimator = _train_two_steps(str(tmp_path / "m"))
+    checkpoint = estimator.latest_checkpoint()
+    (latest,) = export.make_exporters(tf.TensorSpec([4, 4], tf.float32), ["latest"], "loss", 2)
+    exported = latest.export(estimator, str(tmp_path / "e"), checkpoint, {"loss": 1.0}, False)
+    assert tf.io.gfile.exists(exported)
+    for path in tf.io.gfile.glob(f"{checkpoint}.*"):  # As the chief's rotation deletes it.
+        tf.io.gfile.remove(path)
+    assert latest.export(estimator, str(tmp_path / "e"), checkpoint, {"loss": 1.0}, False) is None
+
+
+def test_an_export_failing_for_another_reason_still_fails(tmp_path):
+    estimator = _train_two_steps(str(tmp_path / "m"))
+    wrapped = export._SkipVanishedCheckpoint(_FailingExporter())
+    with pytest.raises(ValueError, match="another reason"):
+        wrapped.export(estimator, str(tmp_path / "e"), estimator.latest_checkpoint(), {}, False)
