@@ -236,7 +236,7 @@ def _train_plan(train_args: Sequence[str], shared_model_dir: bool) -> Plan:
                 "metrics and logs/. Pass e.g. `-- --model_dir=/shared/run1`."
             )
         args.append(f"--model_dir={tempfile.mkdtemp(prefix='estimator_dist-')}")
-    job = train_flags.job_from_args(args, known_only=True)
+    job = train_args.job_from_args(args)
     # One replica per worker here; each task checks again with its own replicas.
     workers = f"--num_workers={_NUM_WORKERS.value}"
     driver.check_batch(job.batch_size, job.micro_batches, _NUM_WORKERS.value, workers)

@@ -17,14 +17,13 @@ operator treats the job: docs/kubernetes.md.
 
 from __future__ import annotations
 
-import copy
 import os
 import sys
 from typing import List, Sequence, Tuple
 
 from absl import flags
 
-from estimator_dist import tfjob, train_flags
+from estimator_dist import tfjob, train_args, train_flags
 from estimator_dist.base import cli
 from estimator_dist.base.errors import Error, UsageError
 
@@ -126,30 +125,13 @@ def parse_train_args(args: Sequence[str]) -> flags.FlagValues:
       UsageError: for an unknown flag, a bad value, a missing --model_dir or a
         positional argument.
     """
-    parsed = flags.FlagValues()
-    train_flags.define_flags(parsed)
-    # estimator_dist.train also takes absl's logging flags (--verbosity, ...); copies of
-    # them parse here without touching this process's own.
-    for module, defined in flags.FLAGS.flags_by_module_dict().items():
-        if module.startswith("absl."):
-            for flag in defined:
-                parsed[flag.name] = copy.deepcopy(flag)
     if not any(arg == "--model_dir" or arg.startswith("--model_dir=") for arg in args):
         raise UsageError(
             "the training flags after '--' set no --model_dir: every replica needs the same "
             "shared one, e.g. `-- --model_dir=gs://bucket/run1`, or a path under a --pvc "
             "mount, e.g. `--pvc=shared-runs:/mnt/runs -- --model_dir=/mnt/runs/run1`."
         )
-    try:
-        rest = parsed([train_flags.PROGRAM, *args])
-    except flags.Error as error:
-        raise UsageError(f"training flag after '--': {error}") from None
-    if len(rest) > 1:
-        raise UsageError(
-            f"unexpected positional arguments after '--': {rest[1:]}; "
-            f"{train_flags.PROGRAM} takes only --flags."
-        )
-    return parsed
+    return train_args.parse_args(args)
 
 
 def _pairs(flag: str, items: Sequence[str]) -> Tuple[Tuple[str, str], ...]:

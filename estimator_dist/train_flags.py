@@ -3,17 +3,13 @@
 `define_flags` declares every training flag (docs/flags.md is generated from
 them); `job_from_flags` turns parsed flags into the frozen, validated
 `JobConfig` the driver receives, so library code never reads FLAGS. The
-launcher parses the flags given after its `--` with `job_from_args`.
-
-Example:
-  >>> job = job_from_args(["--model_dir=/tmp/run", "--train_steps=50"])  # doctest: +SKIP
-  >>> job.train_steps  # doctest: +SKIP
-  50
+launcher, the check and the manifest parse the flags given after their `--` with
+`estimator_dist.train_args`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from absl import flags
 
@@ -383,24 +379,3 @@ def job_from_flags(f: flags.FlagValues = flags.FLAGS) -> JobConfig:
         raise
     except ValueError as error:
         raise UsageError(str(error)) from None
-
-
-def job_from_args(args: Sequence[str], known_only: bool = False) -> JobConfig:
-    """Parses training flags given as arguments (those after `--`) into a `JobConfig`.
-
-    Args:
-      args: Training flags, such as `["--model_dir=/tmp/m", "--train_steps=10"]`.
-      known_only: Ignore flags this program does not define.
-
-    Raises:
-      UsageError: for a bad flag or value.
-    """
-    from estimator_dist.base.errors import UsageError
-
-    flag_values = flags.FlagValues()
-    define_flags(flag_values)
-    try:
-        flag_values([PROGRAM, *args], known_only=known_only)
-    except flags.Error as error:
-        raise UsageError(f"training flag after '--': {error}") from None
-    return job_from_flags(flag_values)

@@ -16,7 +16,7 @@ from absl import logging as absl_logging
 from estimator_dist import console, guards
 from estimator_dist.console import ConsoleFilter, LogFormatter, format_progress
 from estimator_dist.guards import ProgressHook, progress_hook
-from estimator_dist.train_flags import job_from_args
+from estimator_dist.train_args import job_from_args
 from model_fns import optimizers
 from run_config.run_config import make_run_config
 from tests.procs import REPO

@@ -1,7 +1,7 @@
 """Model Garden's ResNet command as its users type it, and training counted in epochs.
 
 The flags are parsed as `estimator_dist.train` and the launcher parse them
-(`train_flags.job_from_args`); the end-to-end test runs Model Garden's
+(`train_args.job_from_args`); the end-to-end test runs Model Garden's
 command on 2 workers and an evaluator, reading a CIFAR-10 binary folder.
 """
 
@@ -16,7 +16,7 @@ from estimator_dist import garden_flags
 from estimator_dist.base import exit_codes
 from estimator_dist.base.errors import UsageError
 from estimator_dist.console import SUPERVISED_ENV
-from estimator_dist.train_flags import job_from_args
+from estimator_dist.train_args import job_from_args
 from tests.input_fns.cifar10_binary_test import write_release
 from tests.procs import run_module
 
