@@ -52,7 +52,7 @@ from input_fns.pipeline import (
     log_input,
     to_model_inputs,
 )
-from input_fns.tfds_input import TFDS_ID, TfdsParams, get_prepared_builder
+from input_fns.tfds_input import TFDS_ID, TfdsParams, dataset_param, get_prepared_builder
 
 NAME = "tfds_images"
 #: The feature the images are given under: the Keras models' input name.
@@ -154,15 +154,6 @@ def _image_feature(builder: tfds.core.DatasetBuilder, label_key: str) -> str:
     return name
 
 
-def _dataset_name(settings: TfdsImagesParams) -> str:
-    if not settings.dataset:
-        raise UsageError(
-            f"input_fn {NAME} needs the dataset name: pass --params=dataset=<TFDS name>, such as "
-            "--params=dataset=tf_flowers."
-        )
-    return settings.dataset
-
-
 def input_fn(
     mode: str,
     input_context: Optional[tf.distribute.InputContext] = None,
@@ -200,7 +191,9 @@ def input_fn(
         )
     training = mode == TRAIN
     split = settings.split if training else settings.eval_split
-    builder = get_prepared_builder(_dataset_name(settings), settings.data_dir)
+    builder = get_prepared_builder(
+        dataset_param(settings.dataset, NAME, "tf_flowers"), settings.data_dir
+    )
     num_files = _split_files(builder, split, "split" if training else "eval_split")
     image_key = _image_feature(builder, settings.label_key)
     image_feature = builder.info.features[image_key]
@@ -266,7 +259,9 @@ def prepare(params: Mapping[str, Any]) -> None:
         the `tfds build` command that prepares it.
     """
     settings = from_params(TfdsImagesParams, params, f"input_fn {NAME}", strict=False)
-    builder = get_prepared_builder(_dataset_name(settings), settings.data_dir)
+    builder = get_prepared_builder(
+        dataset_param(settings.dataset, NAME, "tf_flowers"), settings.data_dir
+    )
     _image_feature(builder, settings.label_key)
     _split_files(builder, settings.split, "split")
     _split_files(builder, settings.eval_split, "eval_split")

@@ -200,18 +200,24 @@ def prepare(name: Optional[str], params: Mapping[str, Any]) -> None:
       DatasetNotFoundError: if the dataset is not prepared under `data_dir`.
     """
     settings = from_params(TfdsParams, params, f"input_fn {name or 'tfds'}", strict=False)
-    builder = get_prepared_builder(name or _dataset_param(settings), settings.data_dir)
+    builder = get_prepared_builder(name or dataset_param(settings.dataset), settings.data_dir)
     _check_split(builder, settings.split, "split")
     _check_split(builder, settings.eval_split, "eval_split")
 
 
-def _dataset_param(settings: TfdsParams) -> str:
-    if not settings.dataset:
+def dataset_param(dataset: Optional[str], input_name: str = "tfds", example: str = "mnist") -> str:
+    """The `dataset` parameter of a TFDS input, which must be given.
+
+    Raises:
+      UsageError: naming the input, with an example dataset.
+    """
+    if not dataset:
+        extra = ", or use --input_fn=mnist" if input_name == "tfds" else ""
         raise UsageError(
-            "input_fn tfds needs the dataset name: pass --params=dataset=<TFDS name>, such "
-            "as --params=dataset=mnist, or use --input_fn=mnist."
+            f"input_fn {input_name} needs the dataset name: pass --params=dataset=<TFDS name>, "
+            f"such as --params=dataset={example}{extra}."
         )
-    return settings.dataset
+    return dataset
 
 
 def input_fn(
@@ -241,7 +247,7 @@ def input_fn(
     """
     params = params or {}
     settings = from_params(TfdsParams, params, "input_fn tfds", strict=False)
-    return tfds_dataset(_dataset_param(settings), mode, input_context, params)
+    return tfds_dataset(dataset_param(settings.dataset), mode, input_context, params)
 
 
 def _named(name: str, shape: str) -> Callable[..., tf.data.Dataset]:
