@@ -82,7 +82,7 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     run_config = make_run_config(job.run, strategies.train_distribute, strategies.eval_distribute)
     startup.mark("strategies")
     preemption = _start_preemption(job, cluster)
-    rendezvous(cluster, records.job_view(job, cluster), job.startup_timeout)
+    preemption.joined(rendezvous(cluster, records.job_view(job, cluster), job.startup_timeout))
     startup.mark("rendezvous")
     estimator = _record_and_build(job, cluster, checked, strategies, num_replicas, run_config)
     watchdog = start_watchdog(

@@ -15,13 +15,10 @@ the same step, the chief's `CheckpointSaverHook` writes the checkpoint of
 that step on its way out, and each task exits `PREEMPTED` (155, retryable):
 restarted, the job resumes from that step and loses none.
 
-Per training step the hook does one integer increment and one compare (its
-count against the step to stop at, which the polling thread sets): no fetch,
-no clock, no lock. It reads the global step once, when its session starts,
-and counts session runs from there; in collective training every task runs
-the same ones (one per global step, or per micro-batch with gradient
-accumulation), so every task counts alike. The polling thread measures the
-speed from that count.
+Per training step the hook does one increment and one compare: no fetch, no
+clock, no lock. It reads the global step once, when its session starts, and
+counts session runs from there, alike on every task of collective training;
+the polling thread measures the speed from that count.
 
 The signal is noticed by a thread (`signal.set_wakeup_fd`), so it is seen
 even while the main thread waits inside a collective; if the job cannot stop
@@ -32,8 +29,9 @@ in lockstep: the chief stops at the first step after the decision, saves,
 and marks the decision done; workers stop when they see the decision, and ps
 tasks wait for the chief's mark before they exit.
 
-The chief clears the directory when its session starts, and a decision
-older than the step a task's session started from is ignored, so a restarted
+The chief clears the directory when its session starts, and a task ignores a
+decision older than the step its session started from, or written by another
+attempt's chief (each attempt gets an id at the rendezvous), so a restarted
 job is not stopped by the previous attempt's files.
 """
 
@@ -58,7 +56,7 @@ from estimator_dist.watchdog import fail
 
 #: Directory of `model_dir` where requests and the decision are written.
 PREEMPTION_DIR = "preemption"
-#: The chief's decision: `{"stop_at": step, "requested_by": role, "done": bool}`.
+#: The chief's decision: `{"stop_at": step, "requested_by": role, "done": bool, "attempt": id}`.
 DECISION_FILE = "decision.json"
 #: Seconds of training between the decision and the step every task stops at.
 LEAD_SECS = 1.0
@@ -139,6 +137,8 @@ class Preemption:
         # (time, step) the polling thread last saw the step move, for `_step_secs`.
         self._sampled: Optional[Tuple[float, int]] = None
         self._threads: List[threading.Thread] = []
+        # The id the chief gave this attempt of the job (`joined`); None: accept any decision.
+        self._attempt: Optional[str] = None
         self.stop_at: Optional[int] = None
 
     @property
@@ -276,7 +276,7 @@ class Preemption:
     def _wait_for_save(self, signalled: Optional[float]) -> None:
         """A ps task leaves once the chief has saved, or the grace runs out."""
         decision = _read_json(os.path.join(self._dir, DECISION_FILE))
-        if signalled is not None and decision is not None and decision.get("done"):
+        if signalled is not None and self._current(decision) and decision.get("done"):
             self._exit(
                 self._role,
                 exit_codes.PREEMPTED,
@@ -284,9 +284,22 @@ class Preemption:
                 f"{decision.get('saved_step')}.",
             )
 
+    def joined(self, attempt: Optional[str]) -> None:
+        """Records the id the chief gave this attempt of the job at the rendezvous.
+
+        A decision of another attempt's chief is then ignored: a task restarted
+        before the new chief cleared the directory does not stop at a step the
+        previous attempt decided and perhaps never saved.
+        """
+        self._attempt = attempt
+
+    def _current(self, decision: Optional[dict]) -> bool:
+        """Whether `decision` was made in this attempt of the job."""
+        return decision is not None and self._attempt in (None, decision.get("attempt"))
+
     def _read_decision(self, start: int) -> None:
         decision = _read_json(os.path.join(self._dir, DECISION_FILE))
-        if decision is not None and decision["stop_at"] > start:
+        if self._current(decision) and decision["stop_at"] > start:
             self._set_stop_at(decision["stop_at"])
             logging.warning(
                 "estimator_dist: task %s will stop at global step %d (preemption of %s).",
@@ -309,7 +322,12 @@ class Preemption:
         step = start if step is None else step
         lead = math.ceil(LEAD_SECS / seconds) if self._lockstep and seconds else 0
         stop_at = step + min(max(lead, 2 if self._lockstep else 1), MAX_LEAD_STEPS)
-        decision = {"stop_at": stop_at, "requested_by": current[0]["role"], "done": False}
+        decision = {
+            "stop_at": stop_at,
+            "requested_by": current[0]["role"],
+            "done": False,
+            "attempt": self._attempt,
+        }
         _write_json(os.path.join(self._dir, DECISION_FILE), decision)
         self._set_stop_at(stop_at)
         logging.warning(

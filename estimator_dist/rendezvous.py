@@ -133,7 +133,7 @@ def _problems(
     return problems
 
 
-def _serve(cluster: ClusterConfig, view: Mapping[str, Any], timeout: float) -> None:
+def _serve(cluster: ClusterConfig, view: Mapping[str, Any], timeout: float) -> str:
     expected = _expected_roles(cluster)
     deadline = time.monotonic() + timeout
     arrived: Dict[str, Dict[str, socket.socket]] = {}
@@ -166,12 +166,13 @@ def _serve(cluster: ClusterConfig, view: Mapping[str, Any], timeout: float) -> N
         elif missing:
             reply = {"ok": False, "error": "timeout", "missing": missing}
         else:
-            reply = {"ok": True}
+            reply = {"ok": True, "attempt": uuid.uuid4().hex}
         for conns in arrived.values():
             for conn in conns.values():
                 _send(conn, reply)
     _raise_for(reply, cluster, timeout, expected)
     logging.info("Rendezvous: all %d other task(s) agree with the chief.", len(expected))
+    return reply["attempt"]
 
 
 def _raise_for(
@@ -193,7 +194,7 @@ def _raise_for(
         )
 
 
-def _join(cluster: ClusterConfig, view: Mapping[str, Any], timeout: float) -> None:
+def _join(cluster: ClusterConfig, view: Mapping[str, Any], timeout: float) -> str:
     own = cluster.jobs[cluster.task_type][cluster.task_index]
     chief = cluster.jobs[CHIEF][0]
     deadline = time.monotonic() + timeout
@@ -212,7 +213,7 @@ def _join(cluster: ClusterConfig, view: Mapping[str, Any], timeout: float) -> No
                 time.sleep(_RETRY_SECS)
                 continue
             _raise_for(reply, cluster, timeout, _expected_roles(cluster))
-            return
+            return reply["attempt"]
     raise ClusterTimeoutError(
         f"the chief ({chief}) did not answer {cluster.role} within the start-up timeout of "
         f"{timeout:g} s. Start the chief, check that this task can reach it, or raise "
@@ -220,7 +221,7 @@ def _join(cluster: ClusterConfig, view: Mapping[str, Any], timeout: float) -> No
     )
 
 
-def rendezvous(cluster: ClusterConfig, view: Mapping[str, Any], timeout: float) -> None:
+def rendezvous(cluster: ClusterConfig, view: Mapping[str, Any], timeout: float) -> Optional[str]:
     """Waits until every task of the cluster has checked in with the same view.
 
     A no-op for a single process and for the evaluator.
@@ -230,14 +231,18 @@ def rendezvous(cluster: ClusterConfig, view: Mapping[str, Any], timeout: float) 
       view: Settings every task must share; JSON-serialisable.
       timeout: Seconds to wait for the whole cluster.
 
+    Returns:
+      The id the chief gave this attempt of the job, the same on every task
+      of the cluster (fresh at each start); None for a single process and
+      the evaluator.
+
     Raises:
       ClusterMismatchError: the tasks disagree, or two claim the same role.
       ClusterTimeoutError: a task (or the chief) did not arrive in time.
       PortInUseError: this task's port is taken.
     """
     if not cluster.is_distributed or cluster.task_type == EVALUATOR:
-        return
+        return None
     if cluster.task_type == CHIEF:
-        _serve(cluster, view, timeout)
-    else:
-        _join(cluster, view, timeout)
+        return _serve(cluster, view, timeout)
+    return _join(cluster, view, timeout)

@@ -139,6 +139,8 @@ class ScriptTask:
         self._cluster = cluster
         self._startup = startup
         self._inside = 0
+        # The id the chief gave this attempt at the rendezvous, for the preemption decisions.
+        self._attempt: Optional[str] = None
         self.calls = 0
         #: The first failure a wrapper raised, which wins even if the script catches it.
         self.failure: Optional[BaseException] = None
@@ -214,6 +216,7 @@ class ScriptTask:
         preemption = start_preemption(
             cluster, model_dir, config.preemption_checkpoint, config.preemption_grace_secs
         )
+        preemption.joined(self._attempt)
         try:
             watchdog = start_watchdog(
                 cluster,
@@ -303,7 +306,7 @@ class ScriptTask:
             "script_args": list(config.args),
             "tensorflow": tf.__version__,
         }
-        rendezvous(cluster, view, config.startup_timeout)
+        self._attempt = rendezvous(cluster, view, config.startup_timeout)
         self._startup.mark("rendezvous")
         tf.io.gfile.makedirs(model_dir)
         if cluster.is_chief:

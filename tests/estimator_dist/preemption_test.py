@@ -51,6 +51,7 @@ def test_a_workers_signal_makes_the_chief_decide_one_stop_step_for_both(tmp_path
     chief, chief_exits = make(tmp_path, "chief-0", "chief")
     worker, worker_exits = make(tmp_path, "worker-0", "worker")
     for task in (chief, worker):
+        task.joined("attempt-1")
         task.session_started(40)
         run_steps(task, 10)
     chief._step_secs = 0.01
@@ -68,6 +69,7 @@ def test_a_workers_signal_makes_the_chief_decide_one_stop_step_for_both(tmp_path
         "stop_at": chief.stop_at,
         "requested_by": "worker-0",
         "done": True,
+        "attempt": "attempt-1",
         "saved_step": chief.stop_at,
     }
 
@@ -94,6 +96,21 @@ def test_a_restarted_job_ignores_the_previous_attempts_decision(tmp_path):
     assert run_steps(worker, 50) is None
     worker.finished()
     assert exits.calls == []
+
+
+@pytest.mark.parametrize("attempt, stops", [("attempt-1", True), ("attempt-2", False)])
+def test_a_decision_counts_only_in_the_attempt_whose_chief_made_it(tmp_path, attempt, stops):
+    # The previous attempt's chief decided a step past the checkpoint, which it never saved
+    # (a peer died); a worker restarted before the new chief clears the file must not stop.
+    (tmp_path / PREEMPTION_DIR).mkdir()
+    decision = {"stop_at": 260, "requested_by": "chief-0", "done": False, "attempt": "attempt-1"}
+    (tmp_path / PREEMPTION_DIR / DECISION_FILE).write_text(json.dumps(decision))
+    worker, _ = make(tmp_path, "worker-0", "worker")
+    worker.joined(attempt)
+    worker.session_started(219)
+    worker.poll_once()
+    assert (worker.stop_at == 260) is stops
+    assert run_steps(worker, 100) == (260 if stops else None)
 
 
 def test_the_chief_clears_old_requests_when_its_session_starts(tmp_path):

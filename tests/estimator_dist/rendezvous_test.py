@@ -45,6 +45,7 @@ class Tasks:
     def __init__(self, timeout=TIMEOUT):
         self.timeout = timeout
         self.results = {}
+        self.attempts = {}
         self.finished = queue.Queue()
         self._threads = []
 
@@ -52,7 +53,7 @@ class Tasks:
         def target():
             started = time.monotonic()
             try:
-                rendezvous(config, dict(view), self.timeout)
+                self.attempts[key] = rendezvous(config, dict(view), self.timeout)
                 outcome = None
             except Exception as error:
                 outcome = error
@@ -92,6 +93,22 @@ def test_equal_views_all_pass():
         "ps-0": None,
         "evaluator-0": None,
     }
+
+
+def test_every_task_gets_the_id_of_this_attempt_fresh_at_each_start():
+    cluster = local_cluster(3, num_ps=1, evaluator=True)
+    ids = []
+    for _ in range(2):
+        tasks = Tasks()
+        for config in cluster.tasks:
+            tasks.start(config.role, config)
+        assert set(tasks.join().values()) == {None}
+        ids.append({role: tasks.attempts[role] for role in tasks.attempts})
+    for attempt in ids:
+        assert attempt["evaluator-0"] is None
+        assert len({attempt[r] for r in ("chief-0", "worker-0", "worker-1", "ps-0")}) == 1
+        assert attempt["chief-0"]
+    assert ids[0]["chief-0"] != ids[1]["chief-0"]
 
 
 def test_equal_views_pass_when_the_chief_starts_last():
