@@ -30,6 +30,7 @@ from typing import List, Sequence, Tuple
 from absl import flags
 
 from estimator_dist.base import cli, pitfalls
+from estimator_dist.train_args import job_from_args
 
 PROGRAM = "estimator_dist.check"
 
@@ -81,7 +82,7 @@ def check_job(train_args: Sequence[str], num_workers: int) -> List[pitfalls.Pitf
     args = list(train_args)
     if not any(arg.startswith("--model_dir") for arg in args):
         args.append("--model_dir=/nonexistent/estimator_dist_check")
-    return list(preflight.preflight(train_args.job_from_args(args), num_workers).pitfalls)
+    return list(preflight.preflight(job_from_args(args), num_workers).pitfalls)
 
 
 def main(argv: Sequence[str]) -> int:

@@ -78,6 +78,7 @@ from estimator_dist.ray_settings import JobShape
 from estimator_dist.restarts import RestartSettings, run_with_restarts
 from estimator_dist.supervise import Launcher
 from estimator_dist.task_start import start_local_task
+from estimator_dist.train_args import job_from_args
 
 PROGRAM = "estimator_dist.launch"
 _T = TypeVar("_T")
@@ -236,7 +237,7 @@ def _train_plan(train_args: Sequence[str], shared_model_dir: bool) -> Plan:
                 "metrics and logs/. Pass e.g. `-- --model_dir=/shared/run1`."
             )
         args.append(f"--model_dir={tempfile.mkdtemp(prefix='estimator_dist-')}")
-    job = train_args.job_from_args(args)
+    job = job_from_args(args)
     # One replica per worker here; each task checks again with its own replicas.
     workers = f"--num_workers={_NUM_WORKERS.value}"
     driver.check_batch(job.batch_size, job.micro_batches, _NUM_WORKERS.value, workers)
