@@ -306,6 +306,7 @@ def test_failing_task_stops_every_task(tmp_path, data_dir):
         (["--num_workers=2"], ["--model_fn=nope"], "Unknown model_fn 'nope'"),
         (["--num_workers=2"], ["--input_fn=mnist"], "tfds build mnist"),
         (["--num_workers=0"], [], "--num_workers"),
+        (["--num_workers=2"], ["--trian_steps=5"], "trian_steps"),
     ],
 )
 def test_bad_job_fails_before_any_task_starts(
