@@ -81,9 +81,17 @@ class TaskHost:
             "node_id": self._node_id,
             "port": port,
             "host": socket.gethostname(),
+            "cores": sorted(os.sched_getaffinity(0)),
         }
 
-    def start(self, module: str, args: Sequence[str], environment: Dict[str, str], cwd: str) -> int:
+    def start(
+        self,
+        module: str,
+        args: Sequence[str],
+        environment: Dict[str, str],
+        cwd: str,
+        cores: Optional[Sequence[int]] = None,
+    ) -> int:
         """Starts `python -m module args...` on this node; returns its pid.
 
         Args:
@@ -91,10 +99,14 @@ class TaskHost:
           args: Its arguments.
           environment: Variables added to this actor's environment.
           cwd: The launcher's working directory, used when it exists here.
+          cores: The cores to pin the task to (its share of a host that runs
+            several training tasks), or None for every core.
         """
         command = [sys.executable, "-m", module, *args]
         reply: queue.Queue = queue.Queue()
-        self._requests.put((command, environment, cwd if os.path.isdir(cwd) else None, reply))
+        directory = cwd if os.path.isdir(cwd) else None
+        pinned = frozenset(cores) if cores else None
+        self._requests.put((command, environment, directory, pinned, reply))
         started = reply.get()
         if isinstance(started, BaseException):
             raise started
@@ -103,7 +115,7 @@ class TaskHost:
 
     def _start_processes(self) -> None:
         while True:
-            command, environment, cwd, reply = self._requests.get()
+            command, environment, cwd, cores, reply = self._requests.get()
             try:
                 reply.put(
                     subprocess.Popen(
@@ -114,7 +126,7 @@ class TaskHost:
                         stdout=subprocess.PIPE,
                         stderr=subprocess.STDOUT,
                         text=True,
-                        preexec_fn=task_process_setup(None, os.getpid()),
+                        preexec_fn=task_process_setup(cores, os.getpid()),
                     )
                 )
             except OSError as error:

@@ -36,10 +36,11 @@ import logging
 import os
 import socket
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
-from estimator_dist.base.cluster import EVALUATOR, ClusterConfig, LocalCluster
+from estimator_dist.base.cluster import CHIEF, EVALUATOR, WORKER, ClusterConfig, LocalCluster
 from estimator_dist.base.errors import ClusterTimeoutError, Error, UsageError
+from estimator_dist.cpus import split_cores
 from estimator_dist.ray_actor import CALL_TIMEOUT_SECS, ActorProcess, TaskHost
 from estimator_dist.ray_settings import INSTALL_HINT, JobShape, RaySettings, import_ray
 from estimator_dist.task_start import TaskSpec
@@ -95,6 +96,8 @@ class RayEngine:
         self._group: Any = None
         self._actors: List[Any] = []
         self._placed: Dict[str, _Placed] = {}
+        #: Cores of training tasks that share a host with another (`shared_host_cores`).
+        self._cores: Dict[str, FrozenSet[int]] = {}
 
     def connect(self, say: Callable[[str], None]) -> None:
         """Connects this process to the Ray cluster as its driver.
@@ -179,6 +182,7 @@ class RayEngine:
                 f"Every node needs estimator-dist and its dependencies installed ({INSTALL_HINT})"
             ) from None
         cluster = cluster_of(tasks, locations)
+        self._cores = shared_host_cores(cluster.tasks, locations)
         self._placed = {
             config.role: _Placed(actor, location)
             for config, actor, location in zip(cluster.tasks, self._actors, locations)
@@ -190,7 +194,9 @@ class RayEngine:
         for role, placed in self._placed.items():
             port = placed.location["port"]
             held = f", holding port {port}" if port is not None else ", no port"
-            self._say(f"Ray: {role}{placed.where}{held}")
+            cores = self._cores.get(role)
+            on = f", on cores {','.join(map(str, sorted(cores)))}" if cores else ""
+            self._say(f"Ray: {role}{placed.where}{held}{on}")
         return cluster
 
     def start_task(self, spec: TaskSpec) -> ActorProcess:
@@ -201,8 +207,13 @@ class RayEngine:
         def explain(error: BaseException) -> str:
             return self._explain_loss(placed, error)
 
+        cores = self._cores.get(spec.config.role)
         call = placed.actor.start.remote(
-            spec.module, list(spec.args), spec.environment(), os.getcwd()
+            spec.module,
+            list(spec.args),
+            spec.environment(),
+            os.getcwd(),
+            sorted(cores) if cores else None,
         )
         try:
             pid = ray.get(call, timeout=CALL_TIMEOUT_SECS)
@@ -221,7 +232,7 @@ class RayEngine:
                 ray.kill(actor, no_restart=True)
             except ray.exceptions.RayError:
                 pass  # Gone with its node.
-        self._actors, self._placed = [], {}
+        self._actors, self._placed, self._cores = [], {}, {}
         if self._group is not None:
             from ray.util.placement_group import remove_placement_group
 
@@ -292,6 +303,37 @@ class RayEngine:
             "nodes, wait for other jobs to finish, or ask for less per task "
             "(--ray_cpus_per_task, --ray_gpus_per_task)"
         )
+
+
+def shared_host_cores(
+    configs: Sequence[ClusterConfig], locations: List[Dict[str, Any]]
+) -> Dict[str, FrozenSet[int]]:
+    """Each training task's share of its host's cores, for hosts that run several of them.
+
+    Ray reserves CPUs by count, not by core: training tasks on one machine (Ray
+    nodes that share it, or a placement that packs them) would each size their
+    thread pools to every core and fight over them. As the local launcher
+    does, each then gets its own share (`cpus.split_cores`); a task alone on
+    its host keeps every core.
+
+    >>> from estimator_dist.base.cluster import make_local_cluster
+    >>> configs = make_local_cluster(2, [1, 2], evaluator=True).tasks
+    >>> here = {"host": "h1", "cores": [0, 1, 2, 3]}
+    >>> shared_host_cores(configs, [here, here, here])
+    {'chief-0': frozenset({0, 1}), 'worker-0': frozenset({2, 3})}
+    >>> shared_host_cores(configs, [here, {"host": "h2", "cores": [0, 1]}, here])
+    {}
+    """
+    by_host: Dict[str, List[int]] = {}
+    for index, (config, location) in enumerate(zip(configs, locations)):
+        if config.task_type in (CHIEF, WORKER):
+            by_host.setdefault(location["host"], []).append(index)
+    shares: Dict[str, FrozenSet[int]] = {}
+    for indexes in by_host.values():
+        if len(indexes) > 1:
+            cores = split_cores(len(indexes), locations[indexes[0]]["cores"])
+            shares.update({configs[i].role: share for i, share in zip(indexes, cores)})
+    return shares
 
 
 def cluster_of(tasks: List[Tuple[str, int]], locations: List[Dict[str, Any]]) -> LocalCluster:

@@ -378,6 +378,14 @@ def test_two_workers_and_an_evaluator_train_on_three_nodes(nodes, tmp_path, data
         assert f"\n[{name}] " in run.output, f"no output prefixed [{name}]"
     with open(os.path.join(model_dir, "logs", "evaluator-0.log")) as stream:
         assert f"Saving dict for global step {steps}" in stream.read()
+    # The nodes share this machine: each training task ran on its own share of its cores.
+    shares = dict(
+        re.findall(r"\[launcher\] Ray: (\S+) on Ray node .*, on cores ([\d,]+)", run.output)
+    )
+    assert sorted(shares) == ["chief-0", "worker-0"], shares
+    chief, worker = ({int(c) for c in shares[r].split(",")} for r in ("chief-0", "worker-0"))
+    assert not chief & worker
+    assert set(run.json("run_record.json")["cores"]) == chief
 
 
 @pytest.mark.multiprocess
