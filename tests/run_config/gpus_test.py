@@ -93,9 +93,11 @@ def test_fail_when_the_runtime_started_with_the_gpus(monkeypatch):
 
 
 def test_one_process_with_two_gpus_builds_mirrored_over_them():
-    built = make_strategies(
-        StrategyConfig("multi_worker_mirrored", num_gpus=2), "off", ClusterConfig(), num_gpus=2
-    )
+    # In a graph, as Estimator builds it: eagerly its ordering variable would need GPU:0.
+    with tf.Graph().as_default():
+        built = make_strategies(
+            StrategyConfig("multi_worker_mirrored", num_gpus=2), "off", ClusterConfig(), num_gpus=2
+        )
     assert type(built.train_distribute) is tf.distribute.MirroredStrategy
     assert built.train_name == "mirrored"
     assert built.train_distribute.num_replicas_in_sync == 2
@@ -107,7 +109,8 @@ def test_one_process_with_two_gpus_builds_mirrored_over_them():
 
 
 def test_mirrored_over_logical_cpu_devices_has_one_replica_each():
-    strategy = get_strategy(StrategyConfig("mirrored"), 0, ("/cpu:0", "/cpu:1"))
+    with tf.Graph().as_default():
+        strategy = get_strategy(StrategyConfig("mirrored"), 0, ("/cpu:0", "/cpu:1"))
     assert strategy.num_replicas_in_sync == 2
     assert local(strategy.extended.worker_devices) == (
         "/replica:0/task:0/device:CPU:0",
