@@ -274,5 +274,8 @@ def test_deleted_worker_pod_is_recreated_and_the_job_ends_at_max_steps(
     assert decision["saved_step"] == saved > int(reached.group(1)), report(
         f"{decision}, {saved}", logs
     )
-    assert int(first.group(1)) == saved, report(f"resumed at {first.group(1)}, saved {saved}", logs)
+    # The first step's global step is fetched in the session call that increments it, racing
+    # the increment: it shows as the saved step or the one after.
+    resumed = int(first.group(1))
+    assert resumed in (saved, saved + 1), report(f"resumed at {resumed}, saved {saved}", logs)
     assert run.replicas[worker].addresses[1] != old_address
