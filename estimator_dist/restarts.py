@@ -73,16 +73,57 @@ def run_with_restarts(
     Returns:
       The job's exit code: 0, or that of the failure that ended it.
     """
+    started = time.monotonic()
+    attempts: List[str] = []
+    try:
+        failed = _run_attempts(
+            launcher, new_cluster, model_dir, train_steps, deadline, settings, attempts
+        )
+    except BaseException:  # A signal to the launcher: say what came before it.
+        _say_attempts(launcher, attempts)
+        raise
+    if failed is not None:
+        return failed
+    return _finish(launcher, model_dir, settings, started, attempts)
+
+
+def backoff_secs(attempt: int) -> float:
+    """Seconds to wait before restarting after failed attempt `attempt` (0 first).
+
+    Doubles from 1 s, capped at 30 s:
+
+    >>> [backoff_secs(attempt) for attempt in range(7)]
+    [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    """
+    return min(2.0**attempt, 30.0)
+
+
+def _run_attempts(
+    launcher: Launcher,
+    new_cluster: Callable[[int], LocalCluster],
+    model_dir: str,
+    train_steps: Optional[int],
+    deadline: Optional[float],
+    settings: RestartSettings,
+    attempts: List[str],
+) -> Optional[int]:
+    """Runs attempts until one succeeds (None) or the job gives up (its exit code, summary said).
+
+    Appends one line per failed attempt to `attempts`: its cause, the
+    checkpoint step it left and the steps lost (the highest step a task
+    printed past that checkpoint: a lower bound, as tasks print every
+    `--log_step_count_steps`).
+    """
     from estimator_dist import records
 
-    started = time.monotonic()
-    policy = RestartPolicy(settings.max_restarts)
-    restarts: List[str] = []
-    for attempt in range(settings.max_restarts + 1):
+    policy = RestartPolicy(settings.max_restarts)  # It ends the loop: no restarts left.
+    attempt = 0
+    while True:
         try:
             cluster = new_cluster(attempt)
         except Error as error:  # No cluster to run on, such as too few Ray nodes left.
-            launcher.say(f"job failed: {error}; {len(restarts)} failed attempt(s)")
+            _say_attempts(launcher, attempts)
+            launcher.say(f"job failed: {error}; {len(attempts)} failed attempt(s)")
             return error.exit_code
         launcher.start(cluster.tasks, attempt)
         failure = launcher.supervise(
@@ -94,32 +135,54 @@ def run_with_restarts(
         launcher.failed_at = time.monotonic()
         launcher.stop(settings.grace_secs)
         if failure is None:
-            break
+            return None
         launcher.say(f"attempt {attempt} failed: {failure.cause}; stopped every task")
         step = records.checkpoint_step(model_dir)
         lost = max(0, launcher.last_step_seen - step)
-        restarts.append(
-            f"attempt {attempt}: {failure.cause}; resumed from checkpoint step {step}, "
+        reason = policy.give_up(failure, step)
+        summary = f"attempt {attempt}: {failure.cause}; "
+        attempts.append(
+            f"restart after {summary}resumed from checkpoint step {step}, {lost} step(s) lost"
+            if reason is None
+            else f"{summary}not restarted ({reason}); latest checkpoint step {step}, "
             f"{lost} step(s) lost"
         )
-        reason = policy.give_up(failure, step)
         if reason is not None:
-            launcher.say(f"job failed ({reason}); {len(restarts)} failed attempt(s)")
+            _say_attempts(launcher, attempts)
+            launcher.say(f"job failed ({reason}); {len(attempts)} failed attempt(s)")
             return failure.exit_code
         _clear_preemption(model_dir)
-        backoff = min(2.0**attempt, 30.0)
+        backoff = backoff_secs(attempt)
         launcher.say(
             f"restarting the whole cluster from checkpoint step {step} in {backoff:g} s "
             f"(restart {attempt + 1} of at most {settings.max_restarts})"
         )
         time.sleep(backoff)
+        attempt += 1
+
+
+def _say_attempts(launcher: Launcher, attempts: List[str]) -> None:
+    """Prints one line per failed attempt, and per restart of the evaluator alone."""
+    for line in attempts:
+        launcher.say(line)
+    for line in launcher.evaluator_restarts:
+        launcher.say(f"evaluator restarted alone after: {line}")
+
+
+def _finish(
+    launcher: Launcher,
+    model_dir: str,
+    settings: RestartSettings,
+    started: float,
+    attempts: List[str],
+) -> int:
+    """After the attempt that succeeded: the summary and the final metrics."""
+    from estimator_dist import records
+
     for path in glob.glob(os.path.join(model_dir, "tmp_worker_*")):
         shutil.rmtree(path, ignore_errors=True)
     launcher.say(f"job finished in {time.monotonic() - started:.1f} s")
-    for line in restarts:
-        launcher.say(f"restart after {line}")
-    for line in launcher.evaluator_restarts:
-        launcher.say(f"evaluator restarted alone after: {line}")
+    _say_attempts(launcher, attempts)
     metrics = records.read_final_metrics(model_dir)
     if metrics is not None:
         launcher.say(f"final evaluation: {records.format_metrics(metrics)}")

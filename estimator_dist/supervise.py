@@ -41,8 +41,9 @@ from estimator_dist.task_start import TaskProcess, TaskSpec, start_local_task
 
 #: Stands in the exits queue for "the chief ran its first step: start the evaluator".
 _RELEASE = object()
-#: Training progress lines of a task: LoggingTensorHook's and the package's own.
-_STEP_LINE = re.compile(r"(?:\bstep = |global step )(\d+)")
+#: Training progress lines of a task: LoggingTensorHook's and the package's own; not a
+#: preemption decision's step, which is ahead of every step run.
+_STEP_LINE = re.compile(r"(?:\bstep = |(?<!stop at )(?<!stops at )global step )(\d+)")
 
 
 #: What a task of an `estimator_dist.train` job runs.

@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from estimator_dist import supervise
 from estimator_dist.base import exit_codes
 from estimator_dist.base.cluster import make_local_cluster
 from estimator_dist.console import PROTOCOL_LINE
@@ -429,3 +430,21 @@ def test_verbose_shows_every_line(tmp_path):
 def test_a_task_that_does_not_say_so_shows_every_line(tmp_path):
     shown, _ = pump(tmp_path, TASK_LINES)
     assert shown == "".join(f"[chief] {line}\n" for line in TASK_LINES)
+
+
+@pytest.mark.parametrize(
+    "line, step",
+    [
+        ("[ 50%] loss = 0.2320, step = 200/400, 6,830 examples/s, ~2 s left", 200),
+        ("INFO:tensorflow:loss = 0.41, step = 37 (0.512 sec)", 37),
+        ("estimator_dist: task worker-0 received SIGTERM at global step 143; stopping", 143),
+        (
+            "estimator_dist: task worker-0 will stop at global step 160 (preemption of chief-0).",
+            None,
+        ),
+        ("estimator_dist: chief-0 decided: every task stops at global step 160", None),
+    ],
+)
+def test_steps_lost_count_only_steps_run_not_a_decided_stop_step(line, step):
+    progress = supervise._STEP_LINE.search(line)
+    assert (progress and int(progress.group(1))) == step
