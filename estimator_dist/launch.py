@@ -38,17 +38,16 @@ the latest checkpoint in the shared model_dir, up to --max_restarts times with
 exponential backoff. It gives up at once when the same cause (pids, ports,
 timings and steps aside) ends two attempts at the same checkpoint step: a
 restart would fail the same way. A training task that exits 0 before the last
-step ran out of input (exit 6, not retried). On success it removes the
-workers' `tmp_worker_*` directories and prints the final metrics and each
-restart with its cause, its checkpoint step and the steps it lost. A failed
-evaluator is restarted alone while training goes on (see
-`estimator_dist.supervise`).
+step ran out of input (exit 6, not retried). It prints every failed attempt
+with its cause, its checkpoint step and the steps it lost, and on success the
+final metrics. A failed evaluator is restarted alone while training goes on.
 
 SIGTERM or SIGINT (Ctrl-C) to the launcher stops the job without losing a
 step: every task receives SIGTERM, they stop at one global step which the
 chief checkpoints (`estimator_dist.preemption`), and the launcher exits 128 +
-the signal's number (143, 130). A SIGKILL of the launcher ends every task at
-once: they hold the kernel's parent death signal.
+the signal's number (143, 130); it waits the tasks' `--preemption_grace_secs`
++ 5 s (or --grace_secs, if longer) before it kills them. A SIGKILL of the
+launcher ends every task at once: they hold the kernel's parent death signal.
 
 With `--engine=ray --ray_address=HOST:PORT`, the same job runs on an existing
 Ray cluster, one Ray actor per task, on distinct nodes by default, supervised
@@ -125,7 +124,11 @@ _TIMEOUT = flags.DEFINE_float(
     lower_bound=0,
 )
 _GRACE = flags.DEFINE_float(
-    "grace_secs", 10, "Seconds between SIGTERM and SIGKILL when stopping tasks.", lower_bound=0
+    "grace_secs",
+    10,
+    "Seconds between SIGTERM and SIGKILL when stopping tasks after a failure; after a signal "
+    "to the launcher, at least the tasks' --preemption_grace_secs + 5 (their checkpoint).",
+    lower_bound=0,
 )
 _PIN_CORES = flags.DEFINE_boolean(
     "pin_cores",
@@ -154,17 +157,6 @@ _SCRIPT = flags.DEFINE_string(
 )
 # The flags of estimator_dist.script, which the launcher passes on to every task.
 script_lib.define_flags(flags.FLAGS)
-
-#: First line of a launcher whose cluster runs in a private network namespace.
-ISOLATED_MESSAGE = (
-    "network: private network namespace; the job's ports cannot be reached from "
-    "outside this launcher"
-)
-#: First line of a launcher whose cluster runs in the host's network.
-EXPOSED_MESSAGE = (
-    "WARNING: network: the host's network ({reason}); TensorFlow's gRPC servers "
-    "listen on all interfaces without authentication while the job runs"
-)
 
 #: First line of a launcher whose tasks run on a Ray cluster.
 RAY_NETWORK_MESSAGE = (
@@ -197,6 +189,8 @@ class Plan:
       train_steps: The last step, or None when the tasks print it (a script).
       steps_name: How messages name the setting of the last step.
       report: Pre-flight lines to print before the cluster starts.
+      stop_secs: Seconds the tasks may take to stop after the launcher's signal
+        (their `--preemption_grace_secs`, plus 5 s to save and exit).
     """
 
     module: str
@@ -205,6 +199,7 @@ class Plan:
     train_steps: Optional[int]
     steps_name: str
     report: Tuple[str, ...]
+    stop_secs: float
 
 
 def _train_plan(train_args: Sequence[str], shared_model_dir: bool) -> Plan:
@@ -249,6 +244,7 @@ def _train_plan(train_args: Sequence[str], shared_model_dir: bool) -> Plan:
         job.train_steps,
         "--train_steps",
         tuple(pitfalls.format_report(list(checked.pitfalls)).splitlines()),
+        job.preemption_grace_secs + 5,
     )
 
 
@@ -305,6 +301,7 @@ def _script_plan(script_args: Sequence[str]) -> Plan:
             f"{_SCRIPT.value} (read, not run; every task checks it again when it runs): {verdict}",
             *pitfalls.format_report(found).splitlines(),
         ),
+        config.preemption_grace_secs + 5,
     )
 
 
@@ -314,16 +311,6 @@ def _new_cluster(attempt: int) -> LocalCluster:
     return make_local_cluster(
         _NUM_WORKERS.value, ports, _NUM_PS.value, _EVALUATOR.value, _HOST.value
     )
-
-
-def _network() -> str:
-    """Enters a private network namespace when the cluster is local; says where it runs."""
-    loopback = _HOST.value in ("localhost", "127.0.0.1", "::1")
-    if _NETWORK_ISOLATION.value and loopback:
-        reason = netns.enter_private_network()
-    else:
-        reason = "--nonetwork_isolation" if loopback else f"--host={_HOST.value} is not loopback"
-    return ISOLATED_MESSAGE if reason is None else EXPOSED_MESSAGE.format(reason=reason)
 
 
 def _plan(argv: Sequence[str], shared_model_dir: bool) -> Plan:
@@ -344,19 +331,20 @@ def _or_exit(call: Callable[..., _T], *args: object) -> _T:
         sys.exit(error.exit_code)
 
 
-def _stop_on_signal(launcher: Launcher, signalled: _Signalled, model_dir: str) -> int:
+def _stop_on_signal(launcher: Launcher, signalled: _Signalled, plan: Plan) -> int:
     """Stops every task at one checkpointed step after SIGTERM/SIGINT; returns 128 + signal."""
     from estimator_dist import records
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    grace = max(_GRACE.value, plan.stop_secs)
     launcher.say(
         f"received {signalled}; stopping every task, which stop at one step the chief "
-        f"checkpoints (within --grace_secs={_GRACE.value:g})"
+        f"checkpoints (killed if still running in {grace:g} s)"
     )
-    launcher.stop(_GRACE.value)
+    launcher.stop(grace)
     launcher.say(
-        f"stopped; the latest checkpoint is at step {records.checkpoint_step(model_dir)}"
+        f"stopped; the latest checkpoint is at step {records.checkpoint_step(plan.model_dir)}"
         "; run the same command to resume from it"
     )
     return 128 + signalled.signum
@@ -369,7 +357,9 @@ def main(argv: Sequence[str]) -> int:
     from estimator_dist.startup import process_started
 
     ray = _or_exit(launch_flags.ray_settings)  # Before the pre-flight: a missing Ray fails at once.
-    isolation = _network() if ray is None else RAY_NETWORK_MESSAGE
+    isolation = (
+        netns.isolate(_HOST.value, _NETWORK_ISOLATION.value) if ray is None else RAY_NETWORK_MESSAGE
+    )
     plan = _or_exit(_plan, argv, ray is not None)
     shape = JobShape(_NUM_WORKERS.value, _NUM_PS.value, _EVALUATOR.value)
     engine = None if ray is None else RayEngine(ray, shape)
@@ -404,7 +394,7 @@ def main(argv: Sequence[str]) -> int:
             launcher, new_cluster, plan.model_dir, plan.train_steps, deadline, settings
         )
     except _Signalled as signalled:
-        return _stop_on_signal(launcher, signalled, plan.model_dir)
+        return _stop_on_signal(launcher, signalled, plan)
     finally:
         if engine is not None:
             engine.close()

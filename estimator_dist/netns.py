@@ -19,6 +19,17 @@ import socket
 import struct
 from typing import Optional
 
+#: First line of a launcher whose cluster runs in a private network namespace.
+ISOLATED_MESSAGE = (
+    "network: private network namespace; the job's ports cannot be reached from "
+    "outside this launcher"
+)
+#: First line of a launcher whose cluster runs in the host's network.
+EXPOSED_MESSAGE = (
+    "WARNING: network: the host's network ({reason}); TensorFlow's gRPC servers "
+    "listen on all interfaces without authentication while the job runs"
+)
+
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWUSER = 0x10000000
 _SIOCGIFFLAGS = 0x8913
@@ -59,3 +70,21 @@ def enter_private_network() -> Optional[str]:
     except OSError as error:
         return f"could not set up the namespace: {error}"
     return None
+
+
+def isolate(host: str, wanted: bool) -> str:
+    """Enters a private network namespace when wanted and the cluster is local.
+
+    Args:
+      host: The address the tasks use to reach each other (`--host`).
+      wanted: Whether isolation is asked for (`--network_isolation`).
+
+    Returns:
+      The launcher's first line: where the cluster's ports can be reached from.
+    """
+    loopback = host in ("localhost", "127.0.0.1", "::1")
+    if wanted and loopback:
+        reason = enter_private_network()
+    else:
+        reason = "--nonetwork_isolation" if loopback else f"--host={host} is not loopback"
+    return ISOLATED_MESSAGE if reason is None else EXPOSED_MESSAGE.format(reason=reason)
