@@ -80,3 +80,9 @@ def test_the_checks_can_fail():
 def test_modules_stay_readable(module):
     lines = len(MODULES[module].read_text().splitlines())
     assert lines <= MAX_LINES, f"{module} has {lines} lines; split it by job (limit {MAX_LINES})"
+
+
+def test_the_readme_stays_a_front_page():
+    # What a user needs first; the reference lives in docs/.
+    size = len((ROOT / "README.md").read_bytes())
+    assert size <= 12_000, f"README.md is {size:,} bytes; move reference material to docs/"

@@ -49,7 +49,7 @@ internals these are.
    start-up on 2 cores, and Python control flow on tensors gets a meaning it
    never has in one process. Marked, it runs as Estimator runs it without a
    strategy (Keras layers still convert their own `call`). Shown by
-   `tests/estimator_dist/driver_test.py`.
+   `tests/estimator_dist/base/tf_patches_autograph_test.py`.
 
 5. **A MultiWorkerMirroredStrategy built on the evaluator**
    (`CollectiveAllReduceExtended._initialize_strategy`). The evaluator is

@@ -1,7 +1,7 @@
 """The TensorFlow workarounds: installed once, undone by uninstall, each doing its job.
 
 The gradient patches have their own files (`tf_patches_sparse_test`,
-`tf_patches_wire_test`); the AutoGraph marking is shown in `driver_test`.
+`tf_patches_wire_test`); the AutoGraph marking in `tf_patches_autograph_test`.
 
 Input iterators without autotuning, so that a training session closes at once:
 the race itself (a model thread sleeping out up to 60 s when its iterator is
