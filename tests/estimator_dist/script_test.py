@@ -50,6 +50,8 @@ def assert_trained(run, steps, role, num_workers, bound):
     assert final["metrics"]["global_step"] == steps, final
     name, limit = bound
     value = final["metrics"][name]
+    script = os.path.basename(run.json("run_record.json")["script"])
+    print(f"CORPUS {script} {num_workers}-worker(s) {name}={value:.4g} step={steps}")
     assert value < limit if name == "loss" else value > limit, final
     latest = tf.train.latest_checkpoint(run.model_dir)
     assert latest and latest.endswith(f"model.ckpt-{steps}"), latest

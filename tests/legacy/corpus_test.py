@@ -311,13 +311,21 @@ def runs(request, tmp_path_factory):
     return get
 
 
-def _check_final_evaluation(run: Run, program: Program) -> dict:
-    """Asserts the final evaluation exists, at the last step, with a sensible metric."""
+def _check_final_evaluation(run: Run, program: Program, kind: str) -> dict:
+    """Asserts the final evaluation exists, at the last step, with a sensible metric.
+
+    Prints one `CORPUS` line per run (shown with `pytest -rP`): the table of
+    programs x modes that a closing note reports.
+    """
     result = run.json("eval_metrics.json")
     assert result["final"] is True, run.describe()
     metrics = result["metrics"]
     assert metrics["global_step"] == program.steps, (metrics, run.describe())
     value = metrics[program.metric]
+    print(
+        f"CORPUS {program.module} {kind} {program.metric}={value:.4g} "
+        f"(bound {program.bound:g}) step={metrics['global_step']}"
+    )
     assert math.isfinite(value), (metrics, run.describe())
     if program.metric.endswith("loss"):
         assert value <= program.bound, (program.metric, metrics)
@@ -326,12 +334,21 @@ def _check_final_evaluation(run: Run, program: Program) -> dict:
     return metrics
 
 
+def _check_inputs_recorded(run: Run, program: Program) -> None:
+    """The run record says which function fed training and which fed evaluation."""
+    inputs = run.json("run_record.json")["input_fns"]
+    module = f"{PACKAGE}.{program.module}"
+    assert inputs["train"] == f"{module}:{program.input_fn}", inputs
+    assert inputs["eval"] == f"{module}:{program.eval_input_fn or program.input_fn}", inputs
+
+
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_runs_unchanged_in_one_process(name, runs):
     program = PROGRAMS[name]
     run = runs(name, "process")
     assert FINAL_LINE.format(steps=program.steps) in run.output, run.describe()
-    _check_final_evaluation(run, program)
+    _check_final_evaluation(run, program, "one-process")
+    _check_inputs_recorded(run, program)
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
@@ -339,8 +356,9 @@ def test_runs_unchanged_on_two_workers_and_an_evaluator(name, runs):
     program = PROGRAMS[name]
     run = runs(name, "two")
     assert LAUNCHER_FINAL_LINE.format(steps=program.steps) in run.output, run.describe()
-    _check_final_evaluation(run, program)
+    _check_final_evaluation(run, program, "2-workers+evaluator")
     assert run.json("run_record.json")["num_replicas"] == 2
+    _check_inputs_recorded(run, program)
 
 
 @pytest.mark.parametrize("name", [*DETERMINISTIC, SUMMED_LOSS])
