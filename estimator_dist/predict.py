@@ -5,12 +5,14 @@
 
 `--export_dir` is a SavedModel, a directory of timestamped exports (the
 newest is used), or a model_dir (its newest `export/best` or `export/latest`
-export). The input records are the evaluation data of `--input_fn` with its
-`--params`, as in training; each prediction is written as one JSON line with
-the example's position and label. This module never imports
-`tensorflow_estimator`: the model runs from the SavedModel alone, as in
-TensorFlow's multi-worker tutorial, which reloads the model without a
-strategy or (`--strategy=mirrored`) inside a `MirroredStrategy` scope.
+export). `--input_fn` is called as `Estimator.predict` calls it (in a graph
+with a global step, mode PREDICT, the arguments it declares) and may return
+a Dataset or `(features, labels)` tensors (`numpy_input_fn`); a
+`MonitoredSession` running queue runners reads it until it ends or
+`--max_examples`. Each prediction is one JSON line with the example's position
+and label. This module never imports `tensorflow_estimator` (user code may):
+the model runs from the SavedModel alone, as in TensorFlow's multi-worker
+tutorial, without a strategy or (`--strategy=mirrored`) in a MirroredStrategy.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import contextlib
 import json
 import os
 import sys
+import traceback
+from operator import itemgetter
 from typing import IO, Any, Dict, Iterator, Mapping, Optional, Sequence
 
 from absl import flags
@@ -27,6 +31,21 @@ from estimator_dist.base.cli import run_program, usage_exit
 
 PROGRAM = "estimator_dist.predict"
 STRATEGIES = ("none", "mirrored")
+#: The message predict ends with (exit 5) when the user's input_fn raises.
+INPUT_FN_RAISED = (
+    "--input_fn={name} raised {error}: {message}. predict calls it as Estimator.predict "
+    "does (in a graph with a global step, with mode PREDICT and the arguments it declares, "
+    "params from --params, --batch_size and --data_dir) and reads it until it ends; its "
+    "traceback is in the log above. Fix the input_fn, or pass the one the model was trained "
+    "with, and run again."
+)
+#: The usage error (exit 2) for an input that never ends when --max_examples is not set.
+ENDLESS_INPUT = (
+    "--input_fn={name} never ends in mode PREDICT (numpy_input_fn(num_epochs=None), a Dataset "
+    "that repeats, or tensors not read from a Dataset or a queue), so predict would run "
+    "forever. Pass --max_examples=N to predict the first N examples, or make the input end "
+    "when mode is PREDICT (num_epochs=1, no repeat())."
+)
 
 _EXPORT_DIR = flags.DEFINE_string(
     "export_dir", None, "SavedModel, directory of exports, or model_dir.", required=True
@@ -97,6 +116,8 @@ def _to_json(value: Any) -> Any:
         return value.decode("utf-8", "replace")
     if isinstance(value, list):
         return [_to_json(item) for item in value]
+    if isinstance(value, Mapping):
+        return {key: _to_json(item) for key, item in value.items()}
     return value
 
 
@@ -119,6 +140,7 @@ def predict(
     Yields:
       `{output_name: value, ..., "label": value}` per example, as numpy data.
     """
+    import numpy as np
     import tensorflow as tf
 
     from estimator_dist.base.errors import UsageError
@@ -151,45 +173,161 @@ def predict(
                 f"{signature} of {export_dir} takes {', '.join(names)}: missing "
                 f"{', '.join(missing)}. Use the input_fn and --params the model was trained with."
             )
-        inputs = {name: features[name] for name in names}
-        if scope is not None:
-            replicas = scope.experimental_local_results(scope.run(function, kwargs=inputs))
-            outputs = {
-                key: tf.concat([result[key] for result in replicas], axis=0) for key in replicas[0]
-            }
-        else:
-            outputs = function(**inputs)
+        inputs = {name: tf.convert_to_tensor(features[name]) for name in names}
+        try:
+            if scope is not None:
+                replicas = scope.experimental_local_results(scope.run(function, kwargs=inputs))
+                outputs = {
+                    key: tf.concat([result[key] for result in replicas], axis=0)
+                    for key in replicas[0]
+                }
+            else:
+                outputs = function(**inputs)
+        except (TypeError, ValueError, tf.errors.InvalidArgumentError) as error:
+            raise UsageError(_refused(signature, export_dir, function, inputs, error)) from None
         arrays = {key: value.numpy() for key, value in outputs.items()}
         count = len(next(iter(arrays.values())))
-        label_values = None if labels is None else labels.numpy()
+        label_values = None if labels is None else tf.nest.map_structure(np.asarray, labels)
         for index in range(count):
             record = {key: value[index] for key, value in arrays.items()}
             if label_values is not None:
-                record["label"] = label_values[index]
+                record["label"] = tf.nest.map_structure(itemgetter(index), label_values)
             yield record
 
 
-def _batches(input_fn_name: str, params: Mapping[str, Any], limit: Optional[int]) -> Iterator:
+def _cause(error: Exception) -> str:
+    """The line of an error that says what happened (a TensorFlow error's first is generic)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return next((line for line in lines if line != "Graph execution error:"), "")
+
+
+def _refused(
+    signature: str, export_dir: str, function: Any, inputs: Mapping, error: Exception
+) -> str:
+    """The message for features the signature refuses: what it takes, what it was given."""
+    specs = sorted(function.structured_input_signature[1].items())
+    takes, given = (
+        ", ".join(f"{name} {value.dtype.name}{value.shape}" for name, value in pairs)
+        for pairs in (specs, inputs.items())
+    )
+    return (
+        f"Signature {signature} of {export_dir} takes {takes}, but the input_fn gives {given} "
+        f"({type(error).__name__}: {_cause(error)}). Use the input_fn and --params the model "
+        "was trained with."
+    )
+
+
+@contextlib.contextmanager
+def _calling_input_fn(name: str) -> Iterator[None]:
+    """Turns an exception of the user's input_fn into a `UserCodeError` (exit 5).
+
+    The package's own errors pass through; the user's traceback is logged
+    once, before the one-line message the program ends with.
+    """
+    from absl import logging
+
+    from estimator_dist.base.errors import Error, UserCodeError
+
+    try:
+        yield
+    except Error:
+        raise
+    except Exception as error:  # Any exception of user code is reported as one.
+        logging.error("--input_fn=%s raised:\n%s", name, traceback.format_exc())
+        raise UserCodeError(
+            INPUT_FN_RAISED.format(name=name, error=type(error).__name__, message=_cause(error))
+        ) from None
+
+
+def _reads_input(graph: Any) -> bool:
+    """Whether a graph reads from a Dataset iterator or a queue, and so can end."""
+    import tensorflow as tf
+
+    return bool(graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)) or any(
+        op.type.startswith("IteratorGetNext") for op in graph.get_operations()
+    )
+
+
+def _input_graph(input_fn_name: str, params: Mapping[str, Any], limit: Optional[int]) -> tuple:
+    """Calls the input_fn as `Estimator.predict` does, in a graph of its own.
+
+    Returns:
+      (graph, fetches, iterator initializer or None, whether labels are fetched).
+
+    Raises:
+      UsageError: for a bad name, arguments Estimator cannot supply, a result
+        that is not a Dataset or `(features, labels)`, or an endless input
+        without `limit`.
+      UserCodeError: when the input_fn raises.
+    """
     import tensorflow as tf
 
     from estimator_dist.base.errors import UsageError
-    from estimator_dist.user_code import bind_input_fn, check_input_fn_args
+    from estimator_dist.user_code import bind_input_fn, check_input_fn_args, repeats_forever
     from input_fns import INPUT_FNS, prepare_input
-    from input_fns.pipeline import EVAL
+    from input_fns.pipeline import PREDICT
 
     input_fn = INPUT_FNS.get(input_fn_name)
     check_input_fn_args(input_fn, input_fn_name, "--input_fn")
     prepare_input(input_fn_name, params)
-    dataset = bind_input_fn(input_fn, params)(EVAL)
-    if not isinstance(dataset, tf.data.Dataset):
+    bound = bind_input_fn(input_fn, params)
+    graph = tf.Graph()
+    with graph.as_default(), _calling_input_fn(input_fn_name):
+        tf.compat.v1.train.get_or_create_global_step()
+        result = bound(PREDICT)
+        endless = repeats_forever(bound, result)
+        initializer = None
+        if isinstance(result, tf.data.Dataset):
+            iterator = tf.compat.v1.data.make_initializable_iterator(result)
+            initializer, result = iterator.initializer, iterator.get_next()
+        elif endless is None:
+            endless = not _reads_input(graph)
+    if limit is None and endless:
+        raise UsageError(ENDLESS_INPUT.format(name=input_fn_name))
+    result = tuple(result) if isinstance(result, list) else result
+    if isinstance(result, tuple) and len(result) != 2:
         raise UsageError(
-            f"--input_fn={input_fn_name} returned {type(dataset).__name__}; predict reads "
-            "batches from an input_fn that returns a tf.data.Dataset (graph tensors such as "
-            "numpy_input_fn's cannot be read here). Pass an input_fn that returns a Dataset."
+            f"--input_fn={input_fn_name} returned {len(result)} items; Estimator takes a "
+            "Dataset, features, or (features, labels). Return one of those."
         )
-    if limit is not None:
-        dataset = dataset.unbatch().take(limit).batch(params["batch_size"])
-    return iter(dataset)
+    features, labels = result if isinstance(result, tuple) else (result, None)
+    fetches = features if labels is None else (features, labels)
+    return graph, fetches, initializer, labels is not None
+
+
+def _batches(input_fn_name: str, params: Mapping[str, Any], limit: Optional[int]) -> Iterator:
+    """Yields `(features, labels)` numpy batches, `limit` examples at most.
+
+    As `Estimator.predict` reads its input: a `MonitoredSession` (which
+    starts the queue runners of `numpy_input_fn` and its kind) runs the
+    input's tensors until the input ends (`OutOfRangeError`).
+    """
+    import tensorflow as tf
+
+    graph, fetches, initializer, labeled = _input_graph(input_fn_name, params, limit)
+    with graph.as_default(), _calling_input_fn(input_fn_name):
+        session = tf.compat.v1.train.MonitoredSession()
+        if initializer is not None:
+            session.run(initializer)
+    try:
+        remaining = limit
+        while remaining is None or remaining > 0:
+            with _calling_input_fn(input_fn_name):
+                try:
+                    values = session.run(fetches)
+                except tf.errors.OutOfRangeError:
+                    return
+            size = len(tf.nest.flatten(values)[0])
+            if remaining is not None:
+                values = tf.nest.map_structure(itemgetter(slice(remaining)), values)
+                remaining -= size
+            yield values if labeled else (values, None)
+    finally:
+        session.close()
+
+
+def _is_one_number(value: Any) -> bool:
+    return getattr(value, "size", None) == 1 and value.dtype.kind in "iu"
 
 
 def run_predictions(
@@ -201,19 +339,24 @@ def run_predictions(
     signature: Optional[str] = None,
     strategy: str = "none",
 ) -> Dict[str, Any]:
-    """Predicts the evaluation data of `input_fn_name` and writes JSON lines.
+    """Predicts what `input_fn_name` gives in mode PREDICT and writes JSON lines.
 
     Returns:
       A summary: the SavedModel used, the number of examples, and the
       accuracy when the model outputs class ids and the data has labels.
+
+    Raises:
+      UsageError: for a bad name, export, signature or input (exit 2).
+      UserCodeError: when the input_fn raises (exit 5).
     """
     path = find_saved_model(export_dir)
     count = scored = correct = 0
     for record in predict(path, _batches(input_fn_name, params, max_examples), signature, strategy):
         classes = record.get("class_ids", record.get("classes"))
-        if classes is not None and "label" in record and classes.dtype.kind in "iu":
+        label = record.get("label")
+        if classes is not None and _is_one_number(label) and classes.dtype.kind in "iu":
             scored += 1
-            correct += int(int(classes.reshape(-1)[0]) == int(record["label"]))
+            correct += int(int(classes.reshape(-1)[0]) == int(label.reshape(-1)[0]))
         line = {"index": count, **{key: _to_json(value) for key, value in record.items()}}
         output.write(json.dumps(line) + "\n")
         count += 1
@@ -227,7 +370,7 @@ def main(argv: Sequence[str]) -> int:
     """Entry point: predicts, then prints a one-line summary to standard error."""
     if len(argv) > 1:
         usage_exit(PROGRAM, f"unexpected positional arguments {list(argv[1:])}.")
-    from estimator_dist.base.errors import UsageError
+    from estimator_dist.base.errors import Error, UsageError
     from estimator_dist.base.params import parse_params_flag
 
     try:
@@ -250,6 +393,9 @@ def main(argv: Sequence[str]) -> int:
             )
     except UsageError as error:
         usage_exit(PROGRAM, str(error))
+    except Error as error:
+        sys.stderr.write(f"{PROGRAM}: error: {error}\n")
+        sys.exit(error.exit_code)
     sys.stderr.write(f"{PROGRAM}: {json.dumps(summary, sort_keys=True)}\n")
     return 0
 
