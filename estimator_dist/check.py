@@ -16,8 +16,9 @@ without `max_steps`, `save_checkpoints_secs=` and input_fns without
 pre-flight as every task does before training: it resolves the names,
 reads the input_fn's first batch shapes, builds the model once and
 reports the pitfalls of a `--num_workers` job (input_fn without
-`input_context`, a Keras model that is not compiled, subclassed, or
-compiled with a non-legacy optimizer). Each finding comes with its fix.
+`input_context`, evaluation reading the training input, a Keras model that
+is not compiled, subclassed, or compiled with a non-legacy optimizer).
+Each finding comes with its fix.
 Exit code 0: nothing fatal; 2: at least one pitfall stops a multi-worker job
 (a script that calls estimator.train or has a TrainSpec without max_steps
 will not run with --script either).

@@ -42,6 +42,16 @@ NO_EXPORT_MESSAGE = (
     "EstimatorSpec(mode, predictions=...)."
 )
 
+#: Warned when evaluation would read the training input_fn's data unawares.
+EVAL_ON_TRAINING_INPUT = (
+    "evaluation reads the training data: no --eval_input_fn is given and --input_fn={name} "
+    "takes no `mode`, so Estimator calls it the same way for evaluation, and the evaluation "
+    "metrics measure the examples the model trained on. Fix: pass --eval_input_fn=module:"
+    "function (the program's own evaluation input function; --eval_params gives it its own "
+    "params), or declare `mode` and return the evaluation data when mode == "
+    "tf.estimator.ModeKeys.EVAL."
+)
+
 
 @contextlib.contextmanager
 def calling(what: str) -> Iterator[None]:
@@ -74,20 +84,27 @@ class InputProbe:
       features: Spec of the features: a `tf.TensorSpec` or a dict of them.
       labels: Spec of the labels, or None.
       repeats_forever: True, False, or None when the size is unknown.
+      tensors: It returned tensors, not a `tf.data.Dataset`.
     """
 
     features: Any
     labels: Any
     repeats_forever: Optional[bool]
+    tensors: bool = False
 
 
 def probe_input(input_fn: Callable, mode: str, what: str) -> InputProbe:
-    """Calls a bound input_fn once in a scratch graph and reads what it returns."""
+    """Calls a bound input_fn once in a scratch graph and reads what it returns.
+
+    The graph has a global step, as Estimator creates one before it calls an
+    input_fn: `tf.compat.v1.train.get_global_step()` works there too.
+    """
     with tf.Graph().as_default(), calling(what):
+        tf.compat.v1.train.create_global_step()
         result = input_fn(mode)
         features, labels = user_code.element_spec(result)
         repeats = user_code.repeats_forever(input_fn, result) if mode == EVAL else None
-    return InputProbe(features, labels, repeats)
+    return InputProbe(features, labels, repeats, not isinstance(result, tf.data.Dataset))
 
 
 def _placeholders(specs: Any) -> Any:
@@ -279,16 +296,37 @@ def _exports(
     return ()
 
 
+def _eval_pitfalls(job: JobConfig, input_fn: Callable, probe: InputProbe) -> list:
+    """Warnings about the evaluation input: the training data, or a size nothing bounds."""
+    found = []
+    accepted = function_utils.fn_args(input_fn.user_fn)
+    params_differ = bool(job.eval_params) and "params" in accepted
+    if not job.eval_input_fn and "mode" not in accepted and not params_differ:
+        message = EVAL_ON_TRAINING_INPUT.format(name=job.input_fn)
+        found.append(pitfalls.Pitfall("eval-on-training-input", message, False))
+    return found
+
+
 def _eval_steps(job: JobConfig, probe: InputProbe) -> Optional[int]:
-    if job.eval_steps is not None or not probe.repeats_forever:
+    """Batches per evaluation: --eval_steps, else EvalSpec's default where nothing ends it.
+
+    A Dataset of unknown size is read to its end: it reads files, and one that
+    repeats shows as infinite. Tensors (an iterator's `get_next()`) may repeat
+    unseen: they get EvalSpec's bound, which ends a shorter input no sooner.
+    """
+    if job.eval_steps is not None:
         return job.eval_steps
+    if probe.repeats_forever:
+        why = "repeats forever"
+    elif probe.repeats_forever is None and probe.tensors:
+        why = "returns tensors (as from an iterator's get_next()), whose number is unknown"
+    else:
+        return None
+    steps = user_code.DEFAULT_EVAL_STEPS
     logging.warning(
-        "%s",
-        user_code.BOUNDED_EVAL_MESSAGE.format(
-            name=job.eval_input_name, steps=user_code.DEFAULT_EVAL_STEPS
-        ),
+        "%s", user_code.BOUNDED_EVAL_MESSAGE.format(name=job.eval_input_name, why=why, steps=steps)
     )
-    return user_code.DEFAULT_EVAL_STEPS
+    return steps
 
 
 def preflight(job: JobConfig, num_workers: int = 1) -> Preflight:
@@ -315,6 +353,7 @@ def preflight(job: JobConfig, num_workers: int = 1) -> Preflight:
     train_probe = probe_input(input_fn, TRAIN, f"--input_fn={job.input_fn} (mode TRAIN)")
     eval_probe = probe_input(eval_input_fn, EVAL, f"--eval_input_fn={job.eval_input_name}")
     found = [pitfalls.check_input_fn(input_fn.user_fn, job.input_fn, num_workers)]
+    found += _eval_pitfalls(job, input_fn, eval_probe)
     config = tf.estimator.RunConfig(model_dir=job.run.model_dir)
     model_fn = None
     exports = job.exports

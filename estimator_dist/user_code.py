@@ -39,11 +39,12 @@ MODEL_FN_ARGS = ("features", "labels", "mode", "params", "config")
 #: Batches an evaluation of a repeating input reads when --eval_steps is not set:
 #: the default of `tf.estimator.EvalSpec(steps=...)`.
 DEFAULT_EVAL_STEPS = 100
-#: Logged once when an evaluation input repeats forever and --eval_steps is not set.
+#: Logged once when --eval_steps is not set and an evaluation input repeats forever, or
+#: returns tensors whose number nothing can read before they run out.
 BOUNDED_EVAL_MESSAGE = (
-    "The evaluation input {name} repeats forever and --eval_steps is not set: each "
-    "evaluation reads {steps} batches, the default of tf.estimator.EvalSpec(steps=...). "
-    "Pass --eval_steps to choose how many."
+    "The evaluation input {name} {why} and --eval_steps is not set: each evaluation reads at "
+    "most {steps} batches, the default of tf.estimator.EvalSpec(steps=...). Pass --eval_steps "
+    "to choose how many."
 )
 
 

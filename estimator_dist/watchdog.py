@@ -1,42 +1,36 @@
 """Make a stuck or diverging task fail fast with a distinct exit code.
 
 TensorFlow 2.15 multi-worker Estimator training does not end by itself when
-something goes wrong (tests/estimator_dist/faults_test.py shows each case): a
-killed peer leaves the others looping, a peer that never starts blocks the
-rest, and a transient error makes one worker silently restore the last
-checkpoint on its own while the others go on. `Watchdog` runs a thread
-beside training and ends the process, with a message naming the task, the
-step and the cause, when:
+something goes wrong (tests/estimator_dist/faults_test.py shows each case).
+`Watchdog` runs a thread beside training and ends the process, with a
+message naming the task, the step and the cause, when:
 
 * no training step completes before the start-up deadline (exit 151), naming
   the peers that cannot be reached;
 * the global step does not move for the stall timeout (exit 152);
 * TensorFlow re-creates the session after training started (exit 153);
 * this task's training loop ends before the last step, as when its input
-  runs out (exit 6, not retried: the same input runs out again): the others
-  would wait for its share of every later step. It fails before its session
-  closes, so the others see a lost peer; on the chief that is also before
-  the end-of-training checkpoint, so the steps since the last periodic
-  checkpoint are lost, as with any failure. A single process, which has no
-  one to wait for it, only warns, as Estimator ends training there too.
+  runs out (exit 6, not retried): the others would wait for its share of
+  every later step. It fails before its session closes (on the chief, before
+  the end-of-training checkpoint), so the others see a lost peer. A single
+  process, with no one waiting for it, only warns, as Estimator stops too.
 
-In a single process, evaluation runs between training steps: every
-evaluation batch (`eval_hook`) counts as progress, so a long evaluation is
-not a stall. `EvaluatorWatchdog` tells an evaluation that never ends (exit
-8) from training that ended or failed (exit 152).
+In a single process evaluation batches count as progress (a slow evaluation
+is no stall); one still reading after 1, 2, 4 ... stall timeouts is warned
+about, naming --eval_steps, but not ended: large inputs take long.
 
-`arm_fail_fast()` makes MonitoredSession treat the errors it would silently
-recover from (AbortedError, UnavailableError) as fatal once the first step is
-done; they then reach `estimator_dist.train`, which exits 150. Before the first
-step the recovery stays, so a peer that starts late is still waited for.
+`EvaluatorWatchdog` tells an evaluation that never ends (exit 8) from
+training that ended or failed (exit 152). `arm_fail_fast()` makes
+MonitoredSession treat the errors it would silently recover from
+(AbortedError, UnavailableError) as fatal once the first step is done; they
+reach `estimator_dist.train`, which exits 150. Before the first step the
+recovery stays, so a peer that starts late is still waited for.
 
-It ends the process with `os._exit`: the main thread may be blocked inside a
-collective op and would never see an exception.
-
-Training steps pay nothing for this: the hook fetches the global step only
-on the first step and on the first step after each check of the thread
-(every 0.5-5 s), and returns None from `before_run` otherwise; an
-evaluation batch only sets a flag the thread reads.
+The process ends with `os._exit`: the main thread may be blocked inside a
+collective op and would never see an exception. Training steps pay nothing:
+the hook fetches the global step only on the first step and on the first
+step after each check of the thread (every 0.5-5 s); an evaluation batch
+only bumps a counter and sets a flag the thread reads.
 """
 
 from __future__ import annotations
@@ -46,13 +40,13 @@ import socket
 import sys
 import threading
 import time
-from typing import Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import tensorflow as tf
 from absl import logging
 
 from estimator_dist.base import exit_codes, tf_patches
-from estimator_dist.watchdog_hooks import CallbackHook, StepHook
+from estimator_dist.watchdog_hooks import EvaluationHook, StepHook
 
 FAILURE_PREFIX = exit_codes.FAILURE_PREFIX
 #: Why a cluster task whose training loop ended early fails, and the fix.
@@ -75,6 +69,13 @@ EVAL_UNENDING_MESSAGE = (
     "ending, while no new checkpoint came for {stall:g} s and the chief ({chief}) is "
     "unreachable: training has ended, and the evaluation input does not end (it repeats, or "
     "its size is unknown). Pass --eval_steps to bound each evaluation."
+)
+#: Warned in a single process when an evaluation is still reading after the stall timeout.
+EVAL_LONG_ALONE = (
+    "estimator_dist: the evaluation of the checkpoint of global step {step} has run "
+    "{seconds:.0f} s and read {batches} batches, and training waits for it to end. If its "
+    "input never ends (a generator or a loop with no end), no evaluation ends: pass "
+    "--eval_steps to bound each evaluation."
 )
 
 
@@ -107,7 +108,7 @@ def unreachable(peers: Mapping[str, str], timeout: float = 2.0) -> list:
 
 
 class Watchdog:
-    """Ends this task when training does not start, stalls, or silently recovers.
+    """Ends this task when training does not start, stalls, silently recovers, or evaluates forever.
 
     Args:
       role: This task's name, e.g. `worker-1`.
@@ -160,6 +161,8 @@ class Watchdog:
         # evaluation batch (or a step in flight) ran since the last check.
         self.due = True
         self._alive = False
+        self._evaluations = EvaluationHook(clock, self.alive)
+        self._eval_warning = (0.0, 0.0)  # (start of the evaluation warned about, next warning)
 
     @property
     def step(self) -> Optional[int]:
@@ -190,7 +193,9 @@ class Watchdog:
         one check interval and two steps late: far below any stall timeout.
         """
         now = self._clock()
+        evaluation = self._evaluations.running()
         with self._lock:
+            reading = self._alive
             if self._alive and self._last_progress is not None:
                 self._last_progress = now
             self._alive = False
@@ -222,7 +227,18 @@ class Watchdog:
                 )
                 + "Raise --stall_timeout for very slow steps.",
             )
+        elif reading and evaluation:
+            self._warn_long_evaluation(now, *evaluation)
         self.due = True
+
+    def _warn_long_evaluation(self, now: float, began: float, step: Any, batches: int) -> None:
+        """Warns once an evaluation has read for the stall timeout, again at 2x, 4x ..."""
+        warned, after = self._eval_warning
+        warned, after = (warned, after) if warned == began else (began, self._stall_timeout)
+        if now - began > after:
+            logging.warning(EVAL_LONG_ALONE.format(step=step, seconds=now - began, batches=batches))
+            after *= 2
+        self._eval_warning = (warned, after)
 
     def session_created(self) -> None:
         """Records a (re-)created session; a second one after training started is fatal."""
@@ -258,9 +274,7 @@ class Watchdog:
     def alive(self) -> None:
         """Records progress without a global step: an evaluation batch, or a step in flight.
 
-        An evaluation batch in one process, or the training step that was
-        running when `check` asked for a fresh step. Only sets a flag; the next
-        `check` counts it as progress at that time.
+        Only sets a flag; the next `check` counts it as progress at that time.
         """
         self._alive = True
 
@@ -282,8 +296,8 @@ class Watchdog:
         return StepHook(self)
 
     def eval_hook(self) -> tf.compat.v1.train.SessionRunHook:
-        """Returns the hook that reports each evaluation batch as progress."""
-        return CallbackHook(after_run=self.alive)
+        """Returns the hook that reports evaluations, each batch counting as progress."""
+        return self._evaluations
 
 
 class EvaluatorWatchdog:
@@ -316,24 +330,11 @@ class EvaluatorWatchdog:
         self._exit = exit_fn
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self._lock = threading.Lock()
-        self._evaluating_since: Optional[float] = None
-        self._batches = 0
+        self._evaluations = EvaluationHook(time.monotonic, lambda: None)
 
     def eval_hook(self) -> tf.compat.v1.train.SessionRunHook:
         """Returns the hook that tells this watchdog when an evaluation runs."""
-        return CallbackHook(begin=self._evaluation_began, after_run=self._batch, end=self._ended)
-
-    def _evaluation_began(self) -> None:
-        with self._lock:
-            self._evaluating_since, self._batches = time.monotonic(), 0
-
-    def _batch(self) -> None:
-        self._batches += 1  # Only the evaluation thread writes it: no lock.
-
-    def _ended(self) -> None:
-        with self._lock:
-            self._evaluating_since = None
+        return self._evaluations
 
     def start(self) -> None:
         """Starts watching in a daemon thread."""
@@ -354,16 +355,15 @@ class EvaluatorWatchdog:
             if latest != checkpoint:
                 checkpoint, changed = latest, time.monotonic()
             elif time.monotonic() - changed > self._stall_timeout and unreachable(self._chief):
-                with self._lock:
-                    since, batches = self._evaluating_since, self._batches
-                if since is not None:
+                evaluation = self._evaluations.running()
+                if evaluation is not None:
                     self._exit(
                         self._role,
                         exit_codes.EVAL_UNENDING,
                         EVAL_UNENDING_MESSAGE.format(
                             checkpoint=checkpoint,
-                            seconds=time.monotonic() - since,
-                            batches=batches,
+                            seconds=time.monotonic() - evaluation[0],
+                            batches=evaluation[2],
                             stall=self._stall_timeout,
                             chief=", ".join(self._chief.values()),
                         ),

@@ -3,13 +3,15 @@
 They cost a training step nothing beyond the hook calls themselves:
 `StepHook.before_run` returns None unless the watchdog is `due` (on the first
 step, then once per check of its thread), so the global step is fetched
-about once a second or less, never every step; `CallbackHook` calls plain
-functions, which for evaluation batches only set or bump a value.
+about once a second or less, never every step; `EvaluationHook` reads the
+global step once per evaluation, and per batch only bumps a count and calls
+a function that sets a flag.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Protocol
+import threading
+from typing import Callable, Optional, Protocol, Tuple
 
 import tensorflow as tf
 
@@ -28,25 +30,42 @@ class StepWatcher(Protocol):
     def alive(self) -> None: ...
 
 
-class CallbackHook(tf.compat.v1.train.SessionRunHook):
-    """Calls plain functions at a session's start, after each run and at its end."""
+class EvaluationHook(tf.compat.v1.train.SessionRunHook):
+    """Tracks the evaluation running in this process: since when, of which step, batches read.
 
-    def __init__(
-        self,
-        begin: Callable[[], None] = lambda: None,
-        after_run: Callable[[], None] = lambda: None,
-        end: Callable[[], None] = lambda: None,
-    ) -> None:
-        self._begin, self._after_run, self._end = begin, after_run, end
+    Args:
+      clock: Monotonic clock, replaceable in tests.
+      on_batch: Called after each evaluation batch.
+    """
+
+    def __init__(self, clock: Callable[[], float], on_batch: Callable[[], None]) -> None:
+        self._clock, self._on_batch = clock, on_batch
+        self._lock = threading.Lock()
+        self._global_step: Optional[tf.Tensor] = None
+        self._running: Optional[Tuple[float, Optional[int]]] = None
+        self._batches = 0  # Only the evaluation thread writes it: no lock.
+
+    def running(self) -> Optional[Tuple[float, Optional[int], int]]:
+        """(start time, checkpoint step or None, batches read), or None between evaluations."""
+        with self._lock:
+            return None if self._running is None else (*self._running, self._batches)
+
+    def begin(self) -> None:
+        self._global_step = tf.compat.v1.train.get_global_step()
 
     def after_create_session(self, session: tf.compat.v1.Session, coord: object) -> None:
-        self._begin()
+        # One read per evaluation: the step of the checkpoint just restored.
+        step = None if self._global_step is None else int(session.run(self._global_step))
+        with self._lock:
+            self._running, self._batches = (self._clock(), step), 0
 
     def after_run(self, run_context: object, run_values: object) -> None:
-        self._after_run()
+        self._batches += 1
+        self._on_batch()
 
     def end(self, session: tf.compat.v1.Session) -> None:
-        self._end()
+        with self._lock:
+            self._running = None
 
 
 class StepHook(tf.compat.v1.train.SessionRunHook):

@@ -1,5 +1,7 @@
 """The pre-flight calls legacy user code as the training tasks do, and refuses what cannot run."""
 
+import logging
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -8,7 +10,8 @@ from estimator_dist import diagnose, user_code
 from estimator_dist.base import exit_codes
 from estimator_dist.base.errors import UsageError, UserCodeError
 from estimator_dist.job import JobConfig
-from estimator_dist.preflight import preflight
+from estimator_dist.preflight import EVAL, TRAIN, preflight
+from estimator_dist.train_args import job_from_args
 from run_config.run_config import RunConfigOptions
 from tests.procs import run_module
 
@@ -96,7 +99,12 @@ def test_an_evaluation_input_that_repeats_is_bounded_to_estimators_default(tmp_p
 
 def test_a_keras_model_compiled_with_adam_by_name_passes_as_in_the_tasks(tmp_path):
     # In graph mode, as the tasks run, 'adam' resolves to the legacy optimizer.
-    job = _job(tmp_path, keras_model=f"{HERE}:adam_keras_model", input_fn=f"{HERE}:train_input_fn")
+    job = _job(
+        tmp_path,
+        keras_model=f"{HERE}:adam_keras_model",
+        input_fn=f"{HERE}:train_input_fn",
+        eval_input_fn=f"{HERE}:eval_input_fn",
+    )
     assert preflight(job).pitfalls == ()
 
 
@@ -217,3 +225,99 @@ def test_an_optimizer_no_strategy_can_run_is_named_with_its_replacements(tmp_pat
     )
     assert run.returncode == exit_codes.USER_CODE, run.describe()
     assert diagnose.DISTRIBUTED_OPTIMIZER_HINT in run.output
+
+
+def curriculum_input_fn(mode):
+    # As some TF1 programs wrote: the input reads the global step, which Estimator creates first.
+    difficulty = tf.minimum(1.0, tf.cast(tf.compat.v1.train.get_global_step(), tf.float32) / 100)
+    features, labels = tf.compat.v1.data.make_one_shot_iterator(train_input_fn()).get_next()
+    return {"x": features["x"] * difficulty}, labels
+
+
+def test_an_input_fn_reading_the_global_step_passes_as_under_estimator(tmp_path):
+    job = _job(
+        tmp_path,
+        model_fn=f"{HERE}:decaying_model_fn",
+        input_fn=f"{HERE}:curriculum_input_fn",
+        eval_input_fn=f"{HERE}:eval_input_fn",
+    )
+    assert set(preflight(job).feature_specs) == {"x", "unused"}
+    # The control: the same input_fn fails in a graph without a global step.
+    with tf.Graph().as_default(), pytest.raises(ValueError):
+        curriculum_input_fn(TRAIN)
+
+
+def test_evaluating_on_the_training_input_is_warned_naming_eval_input_fn(tmp_path, caplog):
+    job = _job(tmp_path, model_fn=f"{HERE}:decaying_model_fn", input_fn=f"{HERE}:train_input_fn")
+    found = {pitfall.code: pitfall for pitfall in preflight(job).pitfalls}
+    assert not found["eval-on-training-input"].fatal
+    message = found["eval-on-training-input"].message
+    assert f"--input_fn={HERE}:train_input_fn takes no `mode`" in message
+    assert "evaluation reads the training data" in message and "--eval_input_fn=" in message
+    assert caplog.text.count("[eval-on-training-input]") == 1, "warned once"
+    # Not with an evaluation input, nor for an input_fn that reads `mode`.
+    separate = JobConfig(**{**job.__dict__, "eval_input_fn": f"{HERE}:eval_input_fn"})
+    assert "eval-on-training-input" not in [p.code for p in preflight(separate).pitfalls]
+    by_mode = JobConfig(**{**job.__dict__, "input_fn": f"{HERE}:recording_input_fn"})
+    assert "eval-on-training-input" not in [p.code for p in preflight(by_mode).pitfalls]
+
+
+def job_args(job):
+    return {"model_dir": job.run.model_dir, "model_fn": job.model_fn, "input_fn": job.input_fn}
+
+
+def filtered_eval_input_fn():
+    return eval_input_fn().filter(lambda x, y: tf.reduce_all(y >= 0))  # unknown cardinality
+
+
+def tensor_eval_input_fn():
+    return tf.compat.v1.data.make_one_shot_iterator(repeating_eval_input_fn()).get_next()
+
+
+def test_evaluation_tensors_of_unknown_number_read_eval_specs_default_batches(tmp_path, caplog):
+    job = _job(
+        tmp_path,
+        model_fn=f"{HERE}:decaying_model_fn",
+        input_fn=f"{HERE}:train_input_fn",
+        eval_input_fn=f"{HERE}:tensor_eval_input_fn",
+    )
+    with caplog.at_level(logging.WARNING):
+        checked = preflight(job)
+    assert checked.eval_steps == user_code.DEFAULT_EVAL_STEPS
+    assert (
+        f"The evaluation input {HERE}:tensor_eval_input_fn returns tensors (as from an "
+        "iterator's get_next()), whose number is unknown and --eval_steps is not set: each "
+        f"evaluation reads at most {user_code.DEFAULT_EVAL_STEPS} batches" in caplog.text
+    )
+    assert preflight(JobConfig(**{**job.__dict__, "eval_steps": 5})).eval_steps == 5
+    for dataset in ("eval_input_fn", "filtered_eval_input_fn"):  # Datasets: read whole
+        known = JobConfig(**{**job.__dict__, "eval_input_fn": f"{HERE}:{dataset}"})
+        assert preflight(known).eval_steps is None, dataset
+
+
+SEEN_PARAMS = {}
+
+
+def recording_input_fn(mode, params):
+    SEEN_PARAMS[mode] = dict(params)
+    return train_input_fn() if mode == TRAIN else eval_input_fn()
+
+
+@pytest.mark.parametrize("separate", [False, True])
+def test_eval_params_reach_only_the_evaluation_input(tmp_path, separate):
+    recording = f"{HERE}:recording_input_fn"
+    args = [
+        f"--model_dir={tmp_path}",
+        f"--model_fn={HERE}:decaying_model_fn",
+        f"--input_fn={recording}",
+        "--params=split=train,shuffle=true",
+        "--eval_params=split=test",
+        *([f"--eval_input_fn={recording}"] if separate else []),
+    ]
+    checked = preflight(job_from_args(args))
+    SEEN_PARAMS.clear()
+    with tf.Graph().as_default():  # The functions TrainSpec and EvalSpec receive.
+        checked.input_fn(TRAIN)
+        checked.eval_input_fn(EVAL)
+    assert (SEEN_PARAMS[TRAIN]["split"], SEEN_PARAMS[EVAL]["split"]) == ("train", "test")
+    assert SEEN_PARAMS[EVAL]["shuffle"] is True, "--params reach evaluation under --eval_params"

@@ -3,6 +3,7 @@
 import json
 import os
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -140,3 +141,31 @@ def test_missing_model_dir_exits_2():
     run = run_module("estimator_dist.train", [], TIMEOUT, check=False)
     assert run.returncode == 2
     assert "--model_dir" in run.output and "Traceback" not in run.output
+
+
+def repeating_tensor_eval_input_fn():
+    """A TF1 evaluation input: tensors of an iterator over data that repeats (no EvalSpec steps)."""
+    ones = np.ones([8, 1], np.float32)
+    dataset = tf.data.Dataset.from_tensor_slices((ones, ones)).repeat().batch(4)
+    return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+
+
+@pytest.mark.timeout(TIMEOUT + 30)
+def test_an_evaluation_of_tensors_that_repeat_ends_in_a_single_process(tmp_path):
+    """The TF1 shape that relied on EvalSpec(steps=100): it hung one process before."""
+    run = train(
+        tmp_path,
+        [
+            "--model_fn=tests.task_models:linear_model_fn",
+            "--input_fn=tests.task_models:ones_input_fn",
+            f"--eval_input_fn={__name__}:repeating_tensor_eval_input_fn",
+            "--train_steps=20",
+            "--save_checkpoints_steps=10",
+        ],
+        check=True,
+    )
+    assert "whose number is unknown and --eval_steps is not set" in run.output, run.describe()
+    assert "reads at most 100 batches" in run.output
+    final = run.json("eval_metrics.json")
+    assert final["final"] is True and final["metrics"]["global_step"] == 20, final
+    assert "Traceback" not in run.output

@@ -322,6 +322,73 @@ def test_evaluation_batches_keep_a_single_process_from_stalling():
     assert "training or evaluation is stuck" in exits.calls[0][2]
 
 
+def _alone():
+    clock, exits = Clock(), Exits()
+    dog = Watchdog("local", {}, STARTUP, STALL, 300, exit_fn=exits, clock=clock, alone=True)
+    return dog, clock, exits
+
+
+def _begin_evaluation(hook, checkpoint_step):
+    """Starts an evaluation as Estimator does: a graph with the restored global step."""
+    with tf.Graph().as_default():
+        step = tf.compat.v1.train.create_global_step()
+        hook.begin()
+        with tf.compat.v1.Session() as session:
+            session.run(step.assign(checkpoint_step))
+            hook.after_create_session(session, coord=None)
+
+
+def test_a_long_single_process_evaluation_is_warned_at_1_2_4_stall_timeouts_not_ended(caplog):
+    dog, clock, exits = _alone()
+    dog.progress(300)
+    hook = dog.eval_hook()
+    _begin_evaluation(hook, 300)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(8 * 4):  # 8 stall timeouts of reading, checked 4 times each
+            clock.now += STALL / 4
+            for _ in range(5):
+                hook.after_run(run_context=None, run_values=None)
+            dog.check()
+    warnings = [r.getMessage() for r in caplog.records if "has run" in r.getMessage()]
+    assert [w.split(" has run ")[1].split(" s ")[0] for w in warnings] == ["25", "45", "85"]
+    assert (
+        "evaluation of the checkpoint of global step 300 has run 25 s and read 25 batches"
+        in (warnings[0])
+    )
+    assert "pass --eval_steps to bound each evaluation" in warnings[0]
+    assert exits.calls == [], "a long evaluation is not ended"
+
+
+def test_an_evaluation_that_ends_within_the_stall_timeout_is_fine():
+    dog, clock, exits = _alone()
+    dog.progress(100)
+    hook = dog.eval_hook()
+    for _ in range(3):  # Three evaluations of 0.9 x the stall timeout each, training between.
+        _begin_evaluation(hook, dog.step)
+        clock.now += STALL * 0.9
+        hook.after_run(run_context=None, run_values=None)
+        dog.check()
+        hook.end(session=None)
+        dog.progress(dog.step + 100)
+    assert exits.calls == []
+
+
+def test_an_evaluation_that_stopped_reading_is_a_stall_not_an_unending_input():
+    dog, clock, exits = _alone()
+    dog.progress(300)
+    hook = dog.eval_hook()
+    _begin_evaluation(hook, 300)
+    hook.after_run(run_context=None, run_values=None)
+    clock.now += STALL * 0.5
+    dog.check()
+    clock.now += STALL * 0.6  # No batch since: stuck, not reading.
+    dog.check()
+    assert exits.calls == []
+    clock.now += STALL * 0.5
+    dog.check()
+    assert exits.codes == [exit_codes.STALLED]
+
+
 @pytest.mark.parametrize("last_step, step", [(300, 300), (300, 301), (None, 20)])
 def test_training_ending_at_the_last_step_or_unbounded_is_fine(last_step, step):
     dog, _, exits = make_watchdog(last_step=last_step)
