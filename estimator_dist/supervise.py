@@ -284,9 +284,10 @@ class Launcher:
             training task finished.
           root_cause_secs: Seconds a lost-peer exit (150) waits for the exit of
             the task whose loss it reports.
-          evaluator_restarts: How many times, over all attempts, a failed
-            evaluator is restarted alone while training goes on; past that its
-            failure fails the attempt.
+          evaluator_restarts: How many times, over all attempts, an evaluator
+            that failed with a retryable code is restarted alone while training
+            goes on; past that, or for a code of 1 to 127, its failure fails the
+            attempt.
 
         Returns:
           None when every training task and the evaluator finished after the
@@ -316,7 +317,7 @@ class Launcher:
                 continue
             failure = self._failure_of(task, code, train_steps)
             evaluator = task.config.task_type == EVALUATOR
-            if failure is not None and evaluator:
+            if failure is not None and evaluator and failure.retryable:
                 if len(self.evaluator_restarts) < evaluator_restarts:
                     self._restart_evaluator(task, failure)
                     continue

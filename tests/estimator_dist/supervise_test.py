@@ -50,13 +50,20 @@ class Job:
     def exit(self, name, code):
         self.launcher._exits.put((self.by_name[name], code))
 
-    def supervise(self, deadline=None, finish_timeout=FAR, limit=10.0, root_cause_secs=0.1):
+    def supervise(
+        self,
+        deadline=None,
+        finish_timeout=FAR,
+        limit=10.0,
+        root_cause_secs=0.1,
+        evaluator_restarts=0,
+    ):
         result = {}
 
         def target():
             try:
                 result["value"] = self.launcher.supervise(
-                    deadline, TRAIN_STEPS, finish_timeout, root_cause_secs
+                    deadline, TRAIN_STEPS, finish_timeout, root_cause_secs, evaluator_restarts
                 )
             except BaseException as error:
                 result["error"] = error
@@ -228,6 +235,15 @@ def test_evaluator_failing_fails_the_attempt(tmp_path):
     job.exit("evaluator", 1)
     failure = job.supervise()
     assert failure == Failure("evaluator exited with code 1 (FAILURE)", 1)
+
+
+@pytest.mark.parametrize("code", [exit_codes.USER_CODE, exit_codes.EVAL_UNENDING])
+def test_an_evaluator_failing_the_same_way_again_is_not_restarted_alone(tmp_path, code):
+    job = Job(tmp_path)
+    job.exit("evaluator", code)
+    failure = job.supervise(evaluator_restarts=3)
+    assert failure.exit_code == code and not failure.retryable, failure
+    assert job.launcher.evaluator_restarts == []
 
 
 def test_ps_exiting_0_fails_the_attempt(tmp_path):
