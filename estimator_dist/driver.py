@@ -261,7 +261,7 @@ def _train(
         explained = explain_training_error(error, step, time.monotonic() - started, model_dir)
         if preemption.requested:
             logging.warning("Training failed while stopping for a preemption: %s", error.message)
-            preemption.finished()
+            preemption.finished(failed=True)
         if explained is None:
             raise
         raise explained from (error if isinstance(explained, DataError) else None)

@@ -1,9 +1,7 @@
 """Preemption checkpoint: on SIGTERM, every task stops at one global step and the chief saves it.
 
-Clusters stop pods on purpose (evictions, node upgrades, spot VMs): SIGTERM,
-a grace period, then SIGKILL. TensorFlow saves on SIGTERM only for Keras and
-custom loops; an Estimator job loses every step since its last checkpoint,
-and in a collective job the signalled task's exit also fails the others.
+Clusters stop pods on purpose: SIGTERM, a grace period, then SIGKILL.
+TensorFlow saves on SIGTERM only for Keras and custom loops.
 
 Here, any task that receives SIGTERM or SIGINT asks the chief, through a file
 in the shared `model_dir/preemption/`, to stop the job. The chief is the one
@@ -15,24 +13,20 @@ the same step, the chief's `CheckpointSaverHook` writes the checkpoint of
 that step on its way out, and each task exits `PREEMPTED` (155, retryable):
 restarted, the job resumes from that step and loses none.
 
-Per training step the hook does one increment and one compare: no fetch, no
-clock, no lock. It reads the global step once, when its session starts, and
-counts session runs from there, alike on every task of collective training;
-the polling thread measures the speed from that count.
+Per training step the hook does one increment and one compare (no fetch, no
+clock, no lock): it reads the global step once, when its session starts, and
+counts session runs from there; the polling thread measures the speed.
 
 The signal is noticed by a thread (`signal.set_wakeup_fd`), so it is seen
 even while the main thread waits inside a collective; if the job cannot stop
 within `grace_secs` (a peer is gone), the task exits 155 anyway and the
 restart resumes from the latest periodic checkpoint. The evaluator exits at
-once (it holds no training state). With parameter servers, training is not
-in lockstep: the chief stops at the first step after the decision, saves,
-and marks the decision done; workers stop when they see the decision, and ps
-tasks wait for the chief's mark before they exit.
+once. With parameter servers (no lockstep) the chief stops at the first step
+after the decision, saves, and marks the decision done; workers stop when
+they see the decision, and ps tasks wait for the chief's mark.
 
-The chief clears the directory when its session starts, and a task ignores a
-decision older than the step its session started from, or written by another
-attempt's chief (each attempt gets an id at the rendezvous), so a restarted
-job is not stopped by the previous attempt's files.
+A task ignores a decision older than the step its session started from, or
+made by another attempt's chief (each attempt's id comes from the rendezvous).
 """
 
 from __future__ import annotations
@@ -369,20 +363,26 @@ class Preemption:
         self._step += 1
         return self._step >= self._stop_step
 
-    def finished(self) -> None:
-        """Called after training ended: exits `PREEMPTED` if a preemption stopped it."""
+    def finished(self, failed: bool = False) -> None:
+        """After training ended (`failed`: with an error), exits `PREEMPTED` if one was asked."""
         if not self.requested:
             return
         step = self._step
         if self._is_chief:
-            # With parameter servers the other workers move the global step too: the
-            # checkpoint the chief just wrote says which step was saved.
+            # With parameter servers the other workers move the global step too, and a
+            # failed stop saved nothing: the latest checkpoint says which step was saved.
             latest = tf.train.latest_checkpoint(os.path.dirname(self._dir))
-            step = int(latest.rsplit("-", 1)[1]) if latest and not self._lockstep else step
+            saved = int(latest.rsplit("-", 1)[1]) if latest else None
+            if failed or (saved is not None and not self._lockstep):
+                step = saved or 0
             decision = _read_json(os.path.join(self._dir, DECISION_FILE)) or {}
             done = {**decision, "done": True, "saved_step": step}
             _write_json(os.path.join(self._dir, DECISION_FILE), done)
             where = f"at global step {step} with a checkpoint of that step"
+            if failed:
+                where = f"but training failed first; the latest checkpoint is at global step {step}"
+        elif failed:
+            where = "but training failed first (a peer was lost); the latest checkpoint stays"
         elif self._lockstep:
             where = f"at global step {step} (the chief saved it)"
         else:

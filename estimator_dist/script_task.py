@@ -240,7 +240,7 @@ class ScriptTask:
                 )
                 if preemption.requested:
                     logging.warning("Training failed while stopping for a preemption: %s", error)
-                    preemption.finished()
+                    preemption.finished(failed=True)
                 if explained is None:
                     raise
                 raise explained from (error if isinstance(explained, DataError) else None)

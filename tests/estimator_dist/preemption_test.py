@@ -243,3 +243,30 @@ def test_a_real_estimator_stops_at_the_decided_step_and_saves_it(tmp_path):
     preemption.finished()
     assert exits.codes == [exit_codes.PREEMPTED]
     assert "at global step 32 with a checkpoint" in exits.calls[0][2]
+
+
+def test_a_stop_that_failed_names_the_latest_checkpoint_not_the_step_reached(tmp_path):
+    # A peer was lost while the job stopped: the chief reached step 57, but the
+    # end-of-training save never ran; the latest checkpoint is still step 50.
+    (tmp_path / "model.ckpt-50.index").write_bytes(b"")
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-50"\n')
+    chief, chief_exits = make(tmp_path, "chief-0", "chief")
+    worker, worker_exits = make(tmp_path, "worker-0", "worker")
+    for task in (chief, worker):
+        task.joined("attempt-1")
+        task.session_started(40)
+    chief.signalled()
+    chief.poll_once()
+    worker.poll_once()
+    run_steps(chief, 17)
+    chief.finished(failed=True)
+    worker.finished(failed=True)
+    assert chief_exits.codes == worker_exits.codes == [exit_codes.PREEMPTED]
+    assert (
+        "training failed first; the latest checkpoint is at global step 50"
+        in (chief_exits.calls[0][2])
+    )
+    assert "with a checkpoint of that step" not in chief_exits.calls[0][2]
+    assert "training failed first" in worker_exits.calls[0][2]
+    decision = json.loads((tmp_path / PREEMPTION_DIR / DECISION_FILE).read_text())
+    assert decision["saved_step"] == 50
