@@ -74,6 +74,19 @@ def report(cause: str, output: Union[str, Mapping[str, Any]] = "", lines: int = 
     return "\n".join(parts)
 
 
+def measured(name: str, **fields: object) -> str:
+    """Prints one `MEASURED name key=value ...` line, a figure a closing note quotes; returns it.
+
+    Values must hold no spaces, so that the line splits on them.
+
+    >>> _ = measured("sigkill", tasks=3, last_exit_secs="0.41")
+    MEASURED sigkill tasks=3 last_exit_secs=0.41
+    """
+    line = " ".join([f"MEASURED {name}", *(f"{key}={value}" for key, value in fields.items())])
+    print(line, flush=True)
+    return line
+
+
 @dataclasses.dataclass
 class Run:
     """A finished command."""

@@ -23,7 +23,8 @@ import tensorflow as tf
 
 from estimator_dist.base import exit_codes
 from estimator_dist.base.cluster import CHIEF, WORKER, ClusterConfig, make_local_cluster
-from tests.procs import Background, by_task, report
+from tests.procs import Background, by_task, measured, report
+from tests.tfjob_operator import go_json
 
 pytestmark = pytest.mark.multiprocess
 
@@ -80,6 +81,7 @@ def wait_for_step(process, step, timeout, pattern=r"^I.*\] loss = .*step = (\d+)
             return found
 
 
+@pytest.mark.timeout(300)
 def test_survivor_exits_soon_after_a_peer_is_killed(tmp_path, data_dir):
     timeout = 10
     configs = local_tf_configs(2)
@@ -107,6 +109,7 @@ def test_survivor_exits_soon_after_a_peer_is_killed(tmp_path, data_dir):
 KILLS = 3
 
 
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("seed", [7])
 def test_seeded_kills_under_the_launcher_end_at_exactly_max_steps(tmp_path, data_dir, seed):
     rng = random.Random(seed)
@@ -174,6 +177,7 @@ def kill_during_save(task, model_dir, timeout):
     raise AssertionError(report(f"no checkpoint save caught in {timeout} s", {"task": task}))
 
 
+@pytest.mark.timeout(600)
 def test_kill_during_checkpoint_save_leaves_a_loadable_checkpoint(tmp_path, data_dir):
     configs = local_tf_configs(2)
     args = task_args(
@@ -212,6 +216,7 @@ def test_kill_during_checkpoint_save_leaves_a_loadable_checkpoint(tmp_path, data
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith(f"model.ckpt-{step + 30}")
 
 
+@pytest.mark.timeout(240)
 def test_worker_that_never_starts_is_named(tmp_path, data_dir):
     cluster = make_local_cluster(3, free_ports(3))
     configs = cluster.tf_configs()
@@ -232,6 +237,7 @@ def test_worker_that_never_starts_is_named(tmp_path, data_dir):
     assert not glob.glob(str(tmp_path / "model.ckpt-*"))
 
 
+@pytest.mark.timeout(420)
 def test_worker_whose_input_runs_out_fails_the_job(tmp_path, data_dir):
     args = [
         "--num_workers=2",
@@ -268,10 +274,43 @@ def test_worker_whose_input_runs_out_fails_the_job(tmp_path, data_dir):
 # --- preemption: SIGTERM stops every task at one step, checkpointed ----------------
 
 
-@pytest.mark.parametrize("signalled", [["worker-0"], ["chief-0"], ["chief-0", "worker-0"]])
-def test_sigterm_stops_every_task_at_one_checkpointed_step(tmp_path, data_dir, signalled):
+def tfjob_tf_configs(num_workers):
+    """TF_CONFIG of each task as the Kubeflow TFJob operator writes it, by role.
+
+    Byte for byte its encoding (`tests/tfjob_operator.py`): every replica type in
+    `cluster`, the evaluator included (here on a port nobody listens on: its process is
+    not needed), keys sorted, and `"environment": "cloud"`; on free loopback ports.
+    """
+    ports = free_ports(num_workers + 1)
+    cluster = {
+        "chief": [f"localhost:{ports[0]}"],
+        "evaluator": [f"localhost:{ports[-1]}"],
+        "worker": [f"localhost:{port}" for port in ports[1:-1]],
+    }
+    roles = [("chief", 0), *(("worker", index) for index in range(num_workers - 1))]
+    return {
+        f"{kind}-{index}": go_json(
+            {"cluster": cluster, "task": {"type": kind, "index": index}, "environment": "cloud"}
+        )
+        for kind, index in roles
+    }
+
+
+#: Who is signalled, with what, and the TF_CONFIG shape the tasks are started with.
+PREEMPTIONS = {
+    "sigterm-worker-tfjob": (("worker-0",), signal.SIGTERM, tfjob_tf_configs),
+    "sigterm-chief-tfjob": (("chief-0",), signal.SIGTERM, tfjob_tf_configs),
+    "sigterm-both": (("chief-0", "worker-0"), signal.SIGTERM, local_tf_configs),
+    "sigint-worker": (("worker-0",), signal.SIGINT, local_tf_configs),
+}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("case", sorted(PREEMPTIONS))
+def test_a_signal_stops_every_task_at_one_checkpointed_step(tmp_path, data_dir, case):
     # As a platform runs it: tasks started with TF_CONFIG, no launcher, checkpoints far apart.
-    configs = local_tf_configs(2)
+    signalled, signum, make_configs = PREEMPTIONS[case]
+    configs = make_configs(2)
     args = task_args(
         tmp_path,
         data_dir,
@@ -280,9 +319,9 @@ def test_sigterm_stops_every_task_at_one_checkpointed_step(tmp_path, data_dir, s
         "--eval_distribution_strategy=off",
     )
     with tasks(configs, args) as procs:
-        at_signal = wait_for_step(procs["chief-0"], 100, 120)
+        logged = wait_for_step(procs["chief-0"], 100, 120)
         for role in signalled:
-            procs[role].process.send_signal(signal.SIGTERM)
+            procs[role].process.send_signal(signum)
         sent = time.monotonic()
         codes = {role: p.wait(timeout=60) for role, p in procs.items()}
         elapsed = time.monotonic() - sent
@@ -290,22 +329,49 @@ def test_sigterm_stops_every_task_at_one_checkpointed_step(tmp_path, data_dir, s
     stopped = re.search(r"every task stops at global step (\d+)", output)
     assert stopped, report(f"exit codes {codes}; no task named the step every task stops at", procs)
     stop = int(stopped.group(1))
-    print(f"signalled {signalled} at step {at_signal}: all exited in {elapsed:.2f} s, stop {stop}")
+    # Each signalled task names the step it was at when the signal came.
+    received = {
+        role: re.search(rf"task {role} received {signum.name} at global step (\d+)", p.output)
+        for role, p in procs.items()
+        if role in signalled
+    }
+    missing = sorted(role for role, found in received.items() if not found)
+    assert not missing, report(f"{missing} did not say at which step {signum.name} came", procs)
+    at_signal = min(int(found.group(1)) for found in received.values())
+    latest = tf.train.latest_checkpoint(str(tmp_path))
+    measured(
+        signum.name.lower(),
+        target="+".join(signalled),
+        tf_config="tfjob" if make_configs is tfjob_tf_configs else "local",
+        signal_step=at_signal,
+        stop_step=stop,
+        checkpoint_step=latest.rsplit("-", 1)[1] if latest else None,
+        exit_secs=f"{elapsed:.2f}",
+    )
     assert codes == {"chief-0": exit_codes.PREEMPTED, "worker-0": exit_codes.PREEMPTED}, report(
         f"exit codes {codes}, expected 155", procs
     )
     assert exit_codes.is_retryable(exit_codes.PREEMPTED)
     assert elapsed < 10, report(
-        f"the tasks exited {elapsed:.1f} s after SIGTERM, expected < 10", procs
+        f"the tasks exited {elapsed:.1f} s after {signum.name}, expected < 10", procs
     )
-    assert stop >= at_signal, report(f"stopped at step {stop}, before step {at_signal}", procs)
-    latest = tf.train.latest_checkpoint(str(tmp_path))
+    assert max(logged, at_signal) <= stop, report(
+        f"every task stopped at step {stop}, before step {logged} the chief logged before the "
+        f"signal or step {at_signal} the signal came at",
+        procs,
+    )
     assert latest.endswith(f"model.ckpt-{stop}"), report(f"latest checkpoint {latest}", procs)
     for role in configs:
         line = f"task {role} failed (exit 155): stopped for a preemption at global step {stop}"
         assert line in output, report(f"{role} did not print {line!r}", procs)
+    if make_configs is tfjob_tf_configs:
+        for role, p in procs.items():
+            assert "took 'evaluator' out of the cluster" in p.output, report(
+                f"{role} did not say it took the TFJob's evaluator out of the cluster", procs
+            )
 
 
+@pytest.mark.timeout(480)
 def test_a_preempted_job_resumes_from_its_stop_step_and_loses_none(tmp_path, data_dir):
     configs = local_tf_configs(2)
     args = task_args(tmp_path, data_dir, "--save_checkpoints_steps=1000000")
@@ -314,20 +380,76 @@ def test_a_preempted_job_resumes_from_its_stop_step_and_loses_none(tmp_path, dat
         procs["worker-0"].process.send_signal(signal.SIGTERM)
         code = procs["chief-0"].wait(timeout=60)
         assert code == exit_codes.PREEMPTED, report(f"chief-0 exited {code}, expected 155", procs)
-    stop = int(tf.train.load_checkpoint(str(tmp_path)).get_tensor("global_step"))
+    stop = int(re.search(r"every task stops at global step (\d+)", procs["chief-0"].output)[1])
+    saved = int(tf.train.load_checkpoint(str(tmp_path)).get_tensor("global_step"))
     # Restarted with the same ports taken anew, as a scheduler would: the first step it runs is
     # the one after the preemption's, and it ends at exactly --train_steps.
-    last = stop + 40
+    last = saved + 40
     with tasks(local_tf_configs(2), [*args, f"--train_steps={last}"]) as procs:
         first = wait_for_step(procs["chief-0"], 0, 120, r"^I.*\] loss = .*step = (\d+)")
         codes = {role: p.wait(timeout=120) for role, p in procs.items()}
+    final = tf.train.latest_checkpoint(str(tmp_path))
+    measured(
+        "resume",
+        stop_step=stop,
+        checkpoint_step=saved,
+        first_step=first,
+        final_step=final.rsplit("-", 1)[1] if final else None,
+        steps_lost=stop - saved,
+    )
+    assert stop - saved == 0, f"the tasks stopped at step {stop}; the checkpoint is of step {saved}"
     assert codes == {"chief-0": 0, "worker-0": 0}, report(f"exit codes {codes}, expected 0", procs)
     # The logged step is the global step fetched in the same session call as its increment,
     # racing it: the first step after the restart shows as `stop` or `stop + 1`.
     assert first in (stop, stop + 1), f"resumed at step {first}, the preemption saved step {stop}"
-    assert tf.train.latest_checkpoint(str(tmp_path)).endswith(f"model.ckpt-{last}")
+    assert final.endswith(f"model.ckpt-{last}"), final
 
 
+@pytest.mark.timeout(300)
+def test_a_task_that_cannot_stop_exits_155_after_the_grace_keeping_its_checkpoints(
+    tmp_path, data_dir
+):
+    # The worker is frozen (SIGSTOP, a paused VM) rather than killed: its connections stay
+    # open, so the chief sees no error that would end it some other way, and cannot reach
+    # the step it decides to stop at. Only the grace can end it.
+    grace = 3
+    configs = local_tf_configs(2)
+    args = task_args(
+        tmp_path,
+        data_dir,
+        "--train_steps=100000",
+        "--save_checkpoints_steps=50",
+        f"--preemption_grace_secs={grace}",
+    )
+    with tasks(configs, args) as procs:
+        wait_for_checkpoint(str(tmp_path), 50, 120)
+        procs["worker-0"].process.send_signal(signal.SIGSTOP)
+        procs["chief-0"].process.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        code = procs["chief-0"].wait(timeout=60)
+        elapsed = time.monotonic() - sent
+    output = procs["chief-0"].output
+    steps = read_every_checkpoint(str(tmp_path))
+    measured(
+        "forced_exit",
+        grace_secs=grace,
+        exit_code=code,
+        exit_secs=f"{elapsed:.2f}",
+        checkpoint_step=max(steps),
+    )
+    assert code == exit_codes.PREEMPTED, report(f"chief-0 exited {code}, expected 155", procs)
+    assert f"did not stop within the preemption grace of {grace} s" in output, report(
+        "chief-0 did not say the grace ran out", procs
+    )
+    assert grace <= elapsed < 10, report(
+        f"chief-0 exited {elapsed:.1f} s after SIGTERM, expected after the {grace} s grace "
+        "and within 10 s",
+        procs,
+    )
+    assert max(steps) >= 50, report(f"checkpoints of steps {steps}, expected one >= 50", procs)
+
+
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize("case", ["extra worker", "reordered"])
 def test_tasks_with_different_cluster_lists_fail_with_a_diff(tmp_path, data_dir, case):
     ports = free_ports(3)
@@ -357,6 +479,7 @@ def test_tasks_with_different_cluster_lists_fail_with_a_diff(tmp_path, data_dir,
     assert "cluster: chief has" in output, report("no task showed how the clusters differ", procs)
 
 
+@pytest.mark.timeout(300)
 def test_duplicate_task_index_fails_fast(tmp_path, data_dir):
     configs = local_tf_configs(2)
     args = task_args(tmp_path, data_dir, "--train_steps=100000")
@@ -373,6 +496,7 @@ def test_duplicate_task_index_fails_fast(tmp_path, data_dir):
     )
 
 
+@pytest.mark.timeout(180)
 def test_port_already_taken(tmp_path, data_dir):
     with socket.create_server(("", 0)) as taken:
         port = taken.getsockname()[1]
@@ -389,6 +513,7 @@ def listening_ports():
     return {int(line.split()[3].rsplit(":", 1)[1]) for line in output.splitlines() if line.strip()}
 
 
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("isolated", [True, False])
 def test_launcher_ports_are_hidden_from_the_host(tmp_path, data_dir, isolated):
     args = [
@@ -459,6 +584,7 @@ def two_hosts():
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
+@pytest.mark.timeout(480)
 @pytest.mark.parametrize("outage", [3, 60])
 def test_network_partition_between_hosts(tmp_path, data_dir, outage):
     """A partition longer than the collective timeout fails both tasks; a short one heals."""
@@ -510,6 +636,7 @@ def test_network_partition_between_hosts(tmp_path, data_dir, outage):
         assert tf.train.latest_checkpoint(str(tmp_path)).endswith(f"model.ckpt-{steps}")
 
 
+@pytest.mark.timeout(300)
 def test_transient_error_on_one_worker_fails_the_job_instead_of_diverging(tmp_path, data_dir):
     configs = local_tf_configs(2)
     args = task_args(
@@ -541,6 +668,7 @@ def launched_pid(output, name):
     return [int(p) for p in re.findall(rf"started {name} \(pid (\d+)\)", output)][-1]
 
 
+@pytest.mark.timeout(720)
 def test_frozen_worker_is_detected_within_the_stall_timeout_and_the_job_recovers(
     tmp_path, data_dir
 ):
@@ -692,6 +820,7 @@ UNWRITABLE = (
 )
 
 
+@pytest.mark.timeout(360)
 def test_full_model_dir_exits_9_naming_the_path_and_keeps_its_checkpoints(tmp_path, data_dir):
     model_dir = tmp_path / "model"
     model_dir.mkdir()
@@ -728,6 +857,7 @@ def test_full_model_dir_exits_9_naming_the_path_and_keeps_its_checkpoints(tmp_pa
     )
 
 
+@pytest.mark.timeout(420)
 def test_read_only_model_dir_fails_the_job_at_once_with_exit_9(tmp_path, data_dir):
     model_dir = tmp_path / "model"
     model_dir.mkdir()
@@ -777,6 +907,7 @@ def test_read_only_model_dir_fails_the_job_at_once_with_exit_9(tmp_path, data_di
     assert starts == 1, report(f"the chief started {starts} times, expected once", output)
 
 
+@pytest.mark.timeout(360)
 def test_model_dir_without_write_permission_exits_9(tmp_path, data_dir):
     model_dir = tmp_path / "model"
     model_dir.mkdir()
@@ -807,6 +938,7 @@ def test_model_dir_without_write_permission_exits_9(tmp_path, data_dir):
     )
 
 
+@pytest.mark.timeout(240)
 def test_model_dir_without_write_permission_from_the_start_exits_9_before_training(
     tmp_path, data_dir
 ):
@@ -828,6 +960,7 @@ def test_model_dir_without_write_permission_from_the_start_exits_9_before_traini
     assert not os.listdir(model_dir)
 
 
+@pytest.mark.timeout(420)
 def test_full_model_dir_under_the_launcher_fails_at_once_with_exit_9(tmp_path, data_dir):
     # The launcher's task logs live in model_dir/logs, on the same full filesystem.
     model_dir = tmp_path / "model"

@@ -1,5 +1,6 @@
 """The launcher: its decisions as units, then real worker processes over real gRPC collectives."""
 
+import contextlib
 import ctypes
 import io
 import json
@@ -18,7 +19,7 @@ from estimator_dist.exits import Failure, RestartPolicy, describe_exit, normalis
 from estimator_dist.launch import model_dir_of
 from estimator_dist.supervise import Launcher, Task
 from run_config.strategies import NCCL_WITHOUT_GPU_MESSAGE
-from tests.procs import Background, run_module
+from tests.procs import Background, measured, report, run_module
 
 TIMEOUT = 240
 
@@ -159,7 +160,8 @@ def test_model_dir_of_a_scripts_arguments(args, model_dir):
 # --- real processes ------------------------------------------------------------------
 
 
-def launch(tmp_path, data_dir, launcher_args, train_args, check=True):
+def launch_args(tmp_path, data_dir, launcher_args, train_args):
+    """The launcher's arguments for a job in `tmp_path/model`, and that model_dir."""
     model_dir = str(tmp_path / "model")
     args = [
         *launcher_args,
@@ -170,6 +172,11 @@ def launch(tmp_path, data_dir, launcher_args, train_args, check=True):
         "--eval_throttle_secs=1",
         *train_args,
     ]
+    return args, model_dir
+
+
+def launch(tmp_path, data_dir, launcher_args, train_args, check=True):
+    args, model_dir = launch_args(tmp_path, data_dir, launcher_args, train_args)
     return run_module("estimator_dist.launch", args, TIMEOUT, model_dir=model_dir, check=check)
 
 
@@ -181,6 +188,7 @@ def assert_final_checkpoint(model_dir, step, step_key="global_step"):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.timeout(TIMEOUT + 60)
 def test_two_workers_and_evaluator_over_ring(tmp_path, data_dir):
     run = launch(
         tmp_path,
@@ -241,6 +249,7 @@ def test_two_workers_and_evaluator_over_ring(tmp_path, data_dir):
 
 # AUTO runs in every case of equivalence_test.py, which checks it used RING.
 @pytest.mark.multiprocess
+@pytest.mark.timeout(TIMEOUT + 60)
 @pytest.mark.parametrize("communication", ["nccl"])
 def test_nccl_without_gpu_runs_ring(tmp_path, data_dir, communication):
     run = launch(
@@ -258,6 +267,7 @@ def test_nccl_without_gpu_runs_ring(tmp_path, data_dir, communication):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.timeout(TIMEOUT + 60)
 def test_parameter_server_roles(tmp_path, data_dir):
     run = launch(
         tmp_path,
@@ -279,98 +289,10 @@ def test_parameter_server_roles(tmp_path, data_dir):
     assert run.json("eval_metrics.json")["metrics"]["global_step"] >= 60
 
 
-@pytest.mark.multiprocess
-def test_failing_task_stops_every_task(tmp_path, data_dir):
-    run = launch(
-        tmp_path,
-        data_dir,
-        ["--num_workers=2", "--grace_secs=5"],
-        ["--train_steps=1000", "--input_fn=tests.task_inputs:fails_on_worker"],
-        check=False,
-    )
-    # The input_fn raises in the worker's pre-flight: user code, which would raise again.
-    assert run.returncode == exit_codes.USER_CODE, run.describe()
-    assert "[launcher] attempt 0 failed: worker-0 exited with code 5 (USER_CODE)" in run.output
-    assert "raised RuntimeError: injected input failure on the worker task" in run.output
-    assert "job failed (not retryable)" in run.output
-    assert "restarting" not in run.output
-    assert not os.path.exists(os.path.join(run.model_dir, "eval_metrics.json"))
-
-
-@pytest.mark.multiprocess
-@pytest.mark.parametrize(
-    "launcher_args, train_args, fragment",
-    [
-        (["--num_workers=2"], ["--communication=BOGUS"], "--communication=BOGUS"),
-        (["--num_workers=3"], ["--batch_size=64"], "--num_workers=3"),
-        (["--num_workers=2"], ["--model_fn=nope"], "Unknown model_fn 'nope'"),
-        (["--num_workers=2"], ["--input_fn=mnist"], "tfds build mnist"),
-        (["--num_workers=0"], [], "--num_workers"),
-        (["--num_workers=2"], ["--trian_steps=5"], "trian_steps"),
-    ],
-)
-def test_bad_job_fails_before_any_task_starts(
-    tmp_path, data_dir, launcher_args, train_args, fragment
-):
-    run = launch(tmp_path, data_dir, launcher_args, train_args, check=False)
-    assert run.returncode == 2, run.describe()
-    assert fragment in run.output
-    assert "Traceback" not in run.output
-    assert "started" not in run.output
-    assert not os.path.exists(os.path.join(run.model_dir, "logs"))
-
-
-def process_exists(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-INTERRUPTS = {
-    # A terminal's Ctrl-C reaches the whole foreground process group.
-    "ctrl-c": (lambda process: os.killpg(process.pid, signal.SIGINT), 130),
-    # A scheduler's SIGTERM reaches the launcher only; it must stop the tasks itself.
-    "sigterm": (lambda process: process.terminate(), 143),
-}
-
-
 def started_pids(launcher, count):
     return [
         int(launcher.wait_for_line(r"started \S+ \(pid (\d+)\)", 60).group(1)) for _ in range(count)
     ]
-
-
-@pytest.mark.multiprocess
-@pytest.mark.parametrize("name", sorted(INTERRUPTS))
-def test_interrupt_checkpoints_stops_every_task_and_exits_128_plus_the_signal(
-    tmp_path, data_dir, name
-):
-    model_dir = tmp_path / "model"
-    args = [
-        "--num_workers=2",
-        "--grace_secs=10",
-        "--",
-        f"--model_dir={model_dir}",
-        f"--data_dir={data_dir}",
-        "--train_steps=100000",
-        "--save_checkpoints_steps=1000000",
-    ]
-    interrupt, expected = INTERRUPTS[name]
-    with Background("estimator_dist.launch", args) as launcher:
-        pids = started_pids(launcher, 3)
-        launcher.wait_for_line(r"^\[chief\] .*loss = ", 120)
-        interrupt(launcher.process)
-        code = launcher.wait(timeout=60)
-    output = "".join(launcher.lines)
-    assert code == expected, output
-    assert "; stopping every task, which stop at one step the chief checkpoints" in output
-    stop = int(re.search(r"every task stops at global step (\d+)", output).group(1))
-    assert output.count(f"failed (exit 155): stopped for a preemption at global step {stop}") >= 2
-    assert tf.train.latest_checkpoint(str(model_dir)).endswith(f"model.ckpt-{stop}"), output
-    assert f"the latest checkpoint is at step {stop}" in output
-    assert [pid for pid in pids if process_exists(pid)] == [], output
 
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -395,7 +317,159 @@ def reaped(pid):
         return False
 
 
+def task_state(pid):
+    """The state of `pid` as /proc shows it (`R`, `S`, `Z` for a zombie...), None once gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stream:
+            return stream.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
+def assert_no_task_left(launcher):
+    """Fails if a task `launcher` started still runs, or is an unreaped zombie, after it exited.
+
+    Call it inside the `with Background(...)` block, after `launcher.wait`: the block's end
+    SIGKILLs the launcher's process group, tasks included, which would hide a task that
+    outlived the launcher. Needs the `subreaper` fixture: a task left behind is then a child
+    of this process, which reaps nothing by itself, so an ended one stays visible as a zombie.
+    Those found are killed and reaped before the test fails.
+    """
+    pids = [int(pid) for pid in re.findall(r"started \S+ \(pid (\d+)\)", launcher.output)]
+    assert pids, report("the launcher printed no started task", launcher.output)
+    left = {pid: state for pid in pids if (state := task_state(pid)) is not None}
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    assert not left, report(
+        f"{len(left)} of {len(pids)} tasks outlived the launcher (pid: state, Z for a zombie): "
+        f"{left}",
+        launcher.output,
+    )
+
+
 @pytest.mark.multiprocess
+@pytest.mark.timeout(TIMEOUT + 60)
+def test_failing_task_stops_every_task(tmp_path, data_dir, subreaper):
+    args, model_dir = launch_args(
+        tmp_path,
+        data_dir,
+        ["--num_workers=2", "--grace_secs=5"],
+        ["--train_steps=1000", "--input_fn=tests.task_inputs:fails_on_worker"],
+    )
+    with Background("estimator_dist.launch", args) as launcher:
+        code = launcher.wait(timeout=TIMEOUT)
+        assert_no_task_left(launcher)
+    output = launcher.output
+    # The input_fn raises in the worker's pre-flight: user code, which would raise again.
+    assert code == exit_codes.USER_CODE, report(f"the launcher exited {code}, expected 5", output)
+    assert "[launcher] attempt 0 failed: worker-0 exited with code 5 (USER_CODE)" in output
+    assert "raised RuntimeError: injected input failure on the worker task" in output
+    assert "job failed (not retryable)" in output
+    assert "restarting" not in output
+    assert not os.path.exists(os.path.join(model_dir, "eval_metrics.json"))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(TIMEOUT)
+def test_giving_up_with_no_restarts_left_stops_every_task(tmp_path, data_dir, subreaper):
+    args, _ = launch_args(
+        tmp_path,
+        data_dir,
+        ["--num_workers=2", "--noevaluator", "--max_restarts=0", "--grace_secs=5"],
+        ["--train_steps=100000"],
+    )
+    with Background("estimator_dist.launch", args) as launcher:
+        worker = started_pids(launcher, 2)[1]
+        # Killed as soon as it started: retryable, but the job may not restart.
+        os.kill(worker, signal.SIGKILL)
+        code = launcher.wait(timeout=120)
+        assert_no_task_left(launcher)
+    output = launcher.output
+    assert code == 128 + signal.SIGKILL, report(f"the launcher exited {code}, expected 137", output)
+    assert "[launcher] attempt 0 failed: worker-0 was killed by SIGKILL" in output, output
+    assert "job failed (no restarts left); 1 failed attempt(s)" in output, output
+    assert "restarting the whole cluster" not in output, output
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(TIMEOUT + 60)
+@pytest.mark.parametrize(
+    "launcher_args, train_args, fragment",
+    [
+        (["--num_workers=2"], ["--communication=BOGUS"], "--communication=BOGUS"),
+        (["--num_workers=3"], ["--batch_size=64"], "--num_workers=3"),
+        (["--num_workers=2"], ["--model_fn=nope"], "Unknown model_fn 'nope'"),
+        (["--num_workers=2"], ["--input_fn=mnist"], "tfds build mnist"),
+        (["--num_workers=0"], [], "--num_workers"),
+        (["--num_workers=2"], ["--trian_steps=5"], "trian_steps"),
+    ],
+)
+def test_bad_job_fails_before_any_task_starts(
+    tmp_path, data_dir, launcher_args, train_args, fragment
+):
+    run = launch(tmp_path, data_dir, launcher_args, train_args, check=False)
+    assert run.returncode == 2, run.describe()
+    assert fragment in run.output
+    assert "Traceback" not in run.output
+    assert "started" not in run.output
+    assert not os.path.exists(os.path.join(run.model_dir, "logs"))
+
+
+INTERRUPTS = {
+    # A terminal's Ctrl-C reaches the whole foreground process group.
+    "ctrl-c": (lambda process: os.killpg(process.pid, signal.SIGINT), 130),
+    # A scheduler's SIGTERM reaches the launcher only; it must stop the tasks itself.
+    "sigterm": (lambda process: process.terminate(), 143),
+}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", sorted(INTERRUPTS))
+def test_interrupt_checkpoints_stops_every_task_and_exits_128_plus_the_signal(
+    tmp_path, data_dir, name, subreaper
+):
+    model_dir = tmp_path / "model"
+    args = [
+        "--num_workers=2",
+        "--grace_secs=10",
+        "--",
+        f"--model_dir={model_dir}",
+        f"--data_dir={data_dir}",
+        "--train_steps=100000",
+        "--save_checkpoints_steps=1000000",
+    ]
+    interrupt, expected = INTERRUPTS[name]
+    with Background("estimator_dist.launch", args) as launcher:
+        started_pids(launcher, 3)
+        launcher.wait_for_line(r"^\[chief\] .*loss = ", 120)
+        interrupt(launcher.process)
+        sent = time.monotonic()
+        code = launcher.wait(timeout=60)
+        elapsed = time.monotonic() - sent
+        assert_no_task_left(launcher)
+    output = launcher.output
+    assert code == expected, output
+    assert "; stopping every task, which stop at one step the chief checkpoints" in output
+    stop = int(re.search(r"every task stops at global step (\d+)", output).group(1))
+    latest = tf.train.latest_checkpoint(str(model_dir))
+    measured(
+        "launcher_interrupt",
+        signal=name,
+        stop_step=stop,
+        checkpoint_step=latest.rsplit("-", 1)[1] if latest else None,
+        exit_secs=f"{elapsed:.2f}",
+    )
+    assert output.count(f"failed (exit 155): stopped for a preemption at global step {stop}") >= 2
+    assert latest.endswith(f"model.ckpt-{stop}"), output
+    assert f"the latest checkpoint is at step {stop}" in output
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
 def test_tasks_never_outlive_a_killed_launcher(tmp_path, data_dir, subreaper):
     args = [
         "--num_workers=2",
@@ -409,7 +483,6 @@ def test_tasks_never_outlive_a_killed_launcher(tmp_path, data_dir, subreaper):
         launcher.wait_for_line(r"^\[chief\] .*loss = ", 120)
         launcher.process.kill()
         killed = time.monotonic()
-        launcher.wait(timeout=30)
         # Orphans come to this process (a subreaper): reap each, and time its end.
         ended = {}
         while len(ended) < len(pids) and time.monotonic() - killed < 30:
@@ -417,14 +490,22 @@ def test_tasks_never_outlive_a_killed_launcher(tmp_path, data_dir, subreaper):
                 if reaped(pid):
                     ended[pid] = time.monotonic() - killed
             time.sleep(0.05)
-    print(f"tasks ended {sorted(ended.values())} s after the launcher's SIGKILL")
+        launcher.wait(timeout=30)
+    measured(
+        "launcher_sigkill",
+        engine="local",
+        tasks=f"{len(ended)}/{len(pids)}",
+        exit_secs=",".join(f"{secs:.2f}" for secs in sorted(ended.values())),
+        last_exit_secs=f"{max(ended.values(), default=float('nan')):.2f}",
+    )
     assert sorted(ended) == sorted(pids), launcher.output
     assert max(ended.values()) < 5, ended
-    assert [pid for pid in pids if process_exists(pid)] == [], "a zombie or orphan is left"
+    assert [pid for pid in pids if task_state(pid)] == [], "a zombie or orphan is left"
 
 
 @pytest.mark.multiprocess
-def test_a_killed_evaluator_is_restarted_alone_and_training_goes_on(tmp_path, data_dir):
+@pytest.mark.timeout(600)
+def test_a_killed_evaluator_is_restarted_alone_and_training_goes_on(tmp_path, data_dir, subreaper):
     steps = 1200
     args = [
         "--num_workers=2",
@@ -438,11 +519,12 @@ def test_a_killed_evaluator_is_restarted_alone_and_training_goes_on(tmp_path, da
         "--eval_throttle_secs=1",
     ]
     with Background("estimator_dist.launch", args) as launcher:
-        training = started_pids(launcher, 2)
+        started_pids(launcher, 2)
         evaluator = int(launcher.wait_for_line(r"started evaluator \(pid (\d+)\)", 120).group(1))
         launcher.wait_for_line(r"^\[evaluator\] .*Saving dict for global step", 120)
         os.kill(evaluator, signal.SIGKILL)
         code = launcher.wait(timeout=300)
+        assert_no_task_left(launcher)
     output = launcher.output
     assert code == 0, output
     assert re.search(
@@ -452,14 +534,14 @@ def test_a_killed_evaluator_is_restarted_alone_and_training_goes_on(tmp_path, da
     ), output
     assert "restarting the whole cluster" not in output
     assert all(output.count(f"started {role} (pid") == 1 for role in ("chief", "worker-0"))
-    assert [pid for pid in training if process_exists(pid)] == []
     assert_final_checkpoint(str(tmp_path / "model"), steps)
     final = json.load(open(tmp_path / "model" / "eval_metrics.json"))
     assert final["final"] and final["metrics"]["global_step"] == steps
 
 
 @pytest.mark.multiprocess
-def test_a_preempted_task_restarts_the_job_with_no_step_lost(tmp_path, data_dir):
+@pytest.mark.timeout(480)
+def test_a_preempted_task_restarts_the_job_with_no_step_lost(tmp_path, data_dir, subreaper):
     # No periodic checkpoint: only the preemption's own save can keep the steps.
     steps = 500
     args = [
@@ -478,19 +560,27 @@ def test_a_preempted_task_restarts_the_job_with_no_step_lost(tmp_path, data_dir)
         launcher.wait_for_line(r"^\[chief\] .*loss = .*step = (?:[1-9]\d{2,})", 120)
         os.kill(worker, signal.SIGTERM)
         code = launcher.wait(timeout=300)
+        assert_no_task_left(launcher)
     output = launcher.output
     assert code == 0, output
     stop = int(re.search(r"every task stops at global step (\d+)", output).group(1))
-    assert re.search(
-        rf"restart after attempt 0: \S+ exited with code 155 \(PREEMPTED\).*resumed from "
-        rf"checkpoint step {stop}, 0 step\(s\) lost",
+    summary = re.search(
+        r"restart after attempt 0: \S+ exited with code 155 \(PREEMPTED\).*resumed from "
+        r"checkpoint step (\d+), (\d+) step\(s\) lost",
         output,
-    ), output
+    )
+    assert summary, report("no summary line of the restart after the preemption", output)
+    resumed, lost = int(summary[1]), int(summary[2])
+    measured("launcher_preemption_restart", stop_step=stop, resumed_from=resumed, steps_lost=lost)
+    assert (resumed, lost) == (stop, 0), report(
+        f"resumed from step {resumed} with {lost} step(s) lost, expected step {stop} and 0", output
+    )
     assert_final_checkpoint(str(tmp_path / "model"), steps)
 
 
 @pytest.mark.multiprocess
-def test_with_parameter_servers_sigterm_saves_and_every_task_leaves(tmp_path, data_dir):
+@pytest.mark.timeout(480)
+def test_with_parameter_servers_sigterm_saves_and_every_task_leaves(tmp_path, data_dir, subreaper):
     model_dir = tmp_path / "model"
     args = [
         "--num_workers=2",
@@ -505,12 +595,13 @@ def test_with_parameter_servers_sigterm_saves_and_every_task_leaves(tmp_path, da
         "--save_checkpoints_steps=1000000",
     ]
     with Background("estimator_dist.launch", args) as launcher:
-        pids = started_pids(launcher, 3)
+        started_pids(launcher, 3)
         # Each worker steps on its own: wait until both have trained.
         launcher.wait_for_line(r"^\[chief\] .*loss = ", 120)
         launcher.wait_for_line(r"^\[worker-0\] .*loss = ", 120)
         launcher.process.terminate()
         code = launcher.wait(timeout=60)
+        assert_no_task_left(launcher)
     output = launcher.output
     assert code == 143, output
     assert "every worker stops after its next step" in output
@@ -520,4 +611,3 @@ def test_with_parameter_servers_sigterm_saves_and_every_task_leaves(tmp_path, da
         output
     )
     assert "task worker-0 failed (exit 155)" in output
-    assert [pid for pid in pids if process_exists(pid)] == [], output
