@@ -51,13 +51,15 @@ setup(
         "ray": RAY,
         # `estimator_dist.manifest`: the TFJob is built from the Training SDK's own models.
         "kubernetes": KUBERNETES,
-        # matplotlib: the benchmark suite's plots, which its tests draw too. The engines'
-        # extras are in `test` so that CI runs their end-to-end tests.
+        # matplotlib: the benchmark suite's plots, which its tests draw too; pandas: the
+        # legacy corpus's pandas_input_fn. The engines' extras are in `test` so that CI
+        # runs their end-to-end tests.
         "test": [
             "pytest>=7",
             "pytest-timeout>=2.1",
             "ruff==0.17.6",
             "matplotlib>=3.7",
+            "pandas>=1.5",
             *RAY,
             *KUBERNETES,
         ],

@@ -33,8 +33,9 @@ reach an estimator that an `--estimator` builder makes without using
 
 Left out of the equality, by design: `multiworker_tutorial` shards by
 `input_context` with a fixed per-worker batch (2 workers train on twice the
-global batch); `layers_cnn` shuffles in numpy_input_fn's queue, whose order
-depends on thread timing, and uses dropout. `wide_deep_census` is held to
+global batch); `layers_cnn` and `pandas_frames` shuffle in numpy_input_fn's and
+pandas_input_fn's queues, whose order depends on thread timing (and
+`layers_cnn` uses dropout). `wide_deep_census` is held to
 the opposite: a v1 canned head sums its loss over the batch, TensorFlow then
 does not divide by N, and N workers reading the same batch take N times one
 worker's step, so 2 workers must end far from 1.
@@ -146,6 +147,9 @@ PROGRAMS = {
             warm_start=True,  # an unseeded TF1 dense layer
         ),
         Program("premade_iris", "--estimator=build", bound=0.8),  # 0.97 to 1.0
+        Program(
+            "pandas_frames", "--estimator=build", bound=0.8, deterministic=False
+        ),  # 0.97 to 1.0
         Program("custom_iris", "--estimator=build", bound=0.8),  # 0.93 to 1.0
         Program("layers_cnn", "--model_fn=cnn_model_fn", deterministic=False),  # 0.83 to 0.89
         Program("batch_norm_port", "--model_fn=model_fn", bound=0.85),  # 0.95 to 0.97
