@@ -158,5 +158,8 @@ def test_checkpoints_every_10_steps_cost_no_session_call_per_step(tmp_path, monk
     tf_patches.uninstall()  # the control: TensorFlow's own hook
     control_calls, control_steps = _train_counting_session_calls(tmp_path / "off", monkeypatch)
     assert patched_steps == control_steps == [0, 10, 20, 30, 40, 50, 60]
-    # TensorFlow's hook reads the global step again after each of the 60 steps.
-    assert control_calls - patched_calls >= 54, (control_calls, patched_calls)
+    # TensorFlow's hook reads the global step again after each of the 60 steps. Not exactly
+    # 60 more: other hooks (StopAtStepHook, the step counter) make a call of their own when
+    # a global step fetched in the increment's own call reads stale, which varies with
+    # load (a difference of 52 seen once under load, 0 expected were the patch broken).
+    assert control_calls - patched_calls >= 45, (control_calls, patched_calls)
