@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Lines of each task's output that a failure message shows: the last ones, where the cause is.
@@ -85,6 +85,24 @@ def measured(name: str, **fields: object) -> str:
     line = " ".join([f"MEASURED {name}", *(f"{key}={value}" for key, value in fields.items())])
     print(line, flush=True)
     return line
+
+
+def measured_exits(name: str, engine: str, pids: Sequence[int], ended: Dict[int, float]) -> str:
+    """Prints the MEASURED line of tasks ending after a kill: how many ended, and when.
+
+    Args:
+      name: The figure's name.
+      engine: Which launcher engine started the tasks.
+      pids: Every task's pid.
+      ended: Seconds from the kill to each ended task's exit, by pid.
+    """
+    return measured(
+        name,
+        engine=engine,
+        tasks=f"{len(ended)}/{len(pids)}",
+        exit_secs=",".join(f"{secs:.2f}" for secs in sorted(ended.values())),
+        last_exit_secs=f"{max(ended.values(), default=float('nan')):.2f}",
+    )
 
 
 @dataclasses.dataclass

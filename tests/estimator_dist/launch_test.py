@@ -19,7 +19,7 @@ from estimator_dist.exits import Failure, RestartPolicy, describe_exit, normalis
 from estimator_dist.launch import model_dir_of
 from estimator_dist.supervise import Launcher, Task
 from run_config.strategies import NCCL_WITHOUT_GPU_MESSAGE
-from tests.procs import Background, measured, report, run_module
+from tests.procs import Background, measured, measured_exits, report, run_module
 
 TIMEOUT = 240
 
@@ -491,13 +491,7 @@ def test_tasks_never_outlive_a_killed_launcher(tmp_path, data_dir, subreaper):
                     ended[pid] = time.monotonic() - killed
             time.sleep(0.05)
         launcher.wait(timeout=30)
-    measured(
-        "launcher_sigkill",
-        engine="local",
-        tasks=f"{len(ended)}/{len(pids)}",
-        exit_secs=",".join(f"{secs:.2f}" for secs in sorted(ended.values())),
-        last_exit_secs=f"{max(ended.values(), default=float('nan')):.2f}",
-    )
+    measured_exits("launcher_sigkill", "local", pids, ended)
     assert sorted(ended) == sorted(pids), launcher.output
     assert max(ended.values()) < 5, ended
     assert [pid for pid in pids if task_state(pid)] == [], "a zombie or orphan is left"

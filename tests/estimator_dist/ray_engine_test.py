@@ -28,7 +28,7 @@ from estimator_dist.exits import Failure
 from estimator_dist.ray_actor import hold_port
 from estimator_dist.ray_settings import INSTALL_HINT, JobShape, RaySettings
 from estimator_dist.restarts import RestartSettings, run_with_restarts
-from tests.procs import REPO, Background, measured, run_module
+from tests.procs import REPO, Background, measured_exits, run_module
 
 #: Nodes of the shared cluster: the head and two more.
 NODES = 3
@@ -532,13 +532,7 @@ def test_tasks_never_outlive_a_killed_launcher(nodes, tmp_path, data_dir):
                     ended[pid] = time.monotonic() - killed
             time.sleep(0.05)
         launcher.wait(timeout=30)
-    measured(
-        "launcher_sigkill",
-        engine="ray",
-        tasks=f"{len(ended)}/{len(pids)}",
-        exit_secs=",".join(f"{secs:.2f}" for secs in sorted(ended.values())),
-        last_exit_secs=f"{max(ended.values(), default=float('nan')):.2f}",
-    )
+    measured_exits("launcher_sigkill", "ray", pids, ended)
     assert len(pids) == 2, launcher.output
     assert sorted(ended) == sorted(pids), f"tasks {sorted(set(pids) - set(ended))} still run"
     assert max(ended.values()) < 5, f"seconds from the launcher's SIGKILL to each end: {ended}"
