@@ -31,7 +31,9 @@ SCRIPTS = os.path.join(REPO, "tests", "legacy", "scripts")
 TIMEOUT = 240
 #: Each script: its file, its arguments besides --model_dir, the last step, a metric bound.
 WHOLE = {
-    "migration_guide_tf1": ("migration_guide_tf1.py", ["--max_steps=200"], 200, ("loss", 0.01)),
+    # Its Dense layer starts from unseeded weights: 0.00014 to 0.0113 seen after 200 steps;
+    # predicting 0 scores about 0.11.
+    "migration_guide_tf1": ("migration_guide_tf1.py", ["--max_steps=200"], 200, ("loss", 0.03)),
     "canned_wide_and_deep": (
         "canned_wide_and_deep.py",
         ["--train_steps=300"],
