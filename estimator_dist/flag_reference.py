@@ -74,26 +74,36 @@ PROGRAMS: Tuple[Program, ...] = (
         "estimator_dist.launch",
         "python -m estimator_dist.launch [launcher flags] -- [estimator_dist.train flags]\n"
         "python -m estimator_dist.launch [launcher flags] --script=train.py "
-        "[estimator_dist.script flags] -- [the script's arguments]",
+        "[estimator_dist.script flags] -- [the script's arguments]\n"
+        "python -m estimator_dist.launch [launcher flags] --module=trainer.task "
+        "[estimator_dist.script flags] -- [the module's arguments]",
         "The flags after `--` are those of [estimator_dist.train](#estimator_disttrain), "
-        "checked once here before any task starts; with `--script`, they are the script's own.",
+        "checked once here before any task starts; with `--script` or `--module`, they are the "
+        "program's own.",
     ),
     Program(
         "estimator_dist.manifest",
         "python -m estimator_dist.manifest --name=NAME --image=IMAGE --num_workers=N [flags] "
-        "-- [estimator_dist.train flags]",
+        "-- [estimator_dist.train flags]\n"
+        "python -m estimator_dist.manifest --name=NAME --image=IMAGE --num_workers=N "
+        "(--script=PATH | --module=PACKAGE.MODULE) [flags] -- [the program's arguments]",
         "The flags after `--` are those of [estimator_dist.train](#estimator_disttrain), "
-        "checked here and given to every replica; see [kubernetes.md](kubernetes.md).",
+        "checked here and given to every replica; with `--script` or `--module` they are the "
+        "program's own, and [estimator_dist.script](#estimator_distscript)'s flags go before "
+        "`--`; see [kubernetes.md](kubernetes.md).",
     ),
     Program(
         "estimator_dist.script",
-        "python -m estimator_dist.script [flags] train.py [the script's arguments]",
-        "The flags go before the script's path; everything after it is the script's own.",
+        "python -m estimator_dist.script [flags] train.py [the script's arguments]\n"
+        "python -m estimator_dist.script [flags] --module=trainer.task -- [the module's arguments]",
+        "The flags go before the script's path (or `--`); everything after it is the "
+        "program's own.",
         "estimator_dist.script_config",
     ),
     Program(
         "estimator_dist.check",
         "python -m estimator_dist.check --script=train.py\n"
+        "python -m estimator_dist.check --module=trainer.task [--package_path=DIR]\n"
         "python -m estimator_dist.check [flags] -- [estimator_dist.train flags]",
     ),
     Program(

@@ -14,6 +14,9 @@ arguments:
   python -m estimator_dist.launch --num_workers=2 --evaluator --script=train.py \\
       --communication=RING -- --model_dir=/tmp/run1 --max_steps=500
 
+`--module=trainer.task [--package_path=DIR]` runs a module of a package
+instead, as `python -m trainer.task` runs it (relative imports work).
+
 Each task runs `python -m estimator_dist.script` on it, which gives the
 estimator the strategy its role needs. The launcher's `--model_dir` is the
 directory the script's estimator writes to (where `logs/` goes and the
@@ -75,6 +78,8 @@ from estimator_dist.base.errors import Error, UsageError
 from estimator_dist.ray_engine import RayEngine
 from estimator_dist.ray_settings import JobShape
 from estimator_dist.restarts import RestartSettings, run_with_restarts
+from estimator_dist.script_config import model_dir_of
+from estimator_dist.script_program import program_report
 from estimator_dist.supervise import Launcher
 from estimator_dist.task_start import start_local_task
 from estimator_dist.train_args import job_from_args
@@ -157,6 +162,7 @@ _SCRIPT = flags.DEFINE_string(
 )
 # The flags of estimator_dist.script, which the launcher passes on to every task.
 script_lib.define_flags(flags.FLAGS)
+_MODULE, _PACKAGE_PATH = flags.FLAGS["module"], flags.FLAGS["package_path"]
 
 #: First line of a launcher whose tasks run on a Ray cluster.
 RAY_NETWORK_MESSAGE = (
@@ -223,6 +229,7 @@ def _train_plan(train_args: Sequence[str], shared_model_dir: bool) -> Plan:
             f"--{given[0]} is a flag of --script jobs; for an estimator_dist.train job give "
             f"it after '--' (e.g. `-- --{given[0]}=...`), or pass --script=PATH."
         )
+
     args = list(train_args)
     if not any(arg.startswith("--model_dir") for arg in args):
         if shared_model_dir:
@@ -248,49 +255,25 @@ def _train_plan(train_args: Sequence[str], shared_model_dir: bool) -> Plan:
     )
 
 
-#: Arguments of a script that name its model_dir, by the conventions scripts follow.
-_MODEL_DIR_ARGS = ("--model_dir", "--model-dir", "--job-dir", "--job_dir")
-
-
-def model_dir_of(script_args: Sequence[str]) -> Optional[str]:
-    """The model_dir a script is given by its own arguments, if one of them names it.
-
-    >>> model_dir_of(["--max_steps=10", "--model_dir", "/tmp/run1"])
-    '/tmp/run1'
-    >>> model_dir_of(["--job-dir=gs://bucket/run"]), model_dir_of(["--steps=1"])
-    ('gs://bucket/run', None)
-    """
-    for index, arg in enumerate(script_args):
-        name, equals, value = arg.partition("=")
-        if name in _MODEL_DIR_ARGS:
-            if equals:
-                return value
-            if index + 1 < len(script_args):
-                return script_args[index + 1]
-    return None
-
-
 def _script_plan(script_args: Sequence[str]) -> Plan:
-    """Checks the script and the flags passed on to `estimator_dist.script`.
+    """Checks the script (or --module) and the flags passed on to `estimator_dist.script`.
 
     Raises:
-      UsageError: for a missing or non-Python script, a bad flag, or no way
-        to know the script's model_dir.
+      UsageError: for a missing or non-Python script or module, a bad flag, or
+        no way to know the program's model_dir.
     """
     config = script_lib.config_from_flags(flags.FLAGS, _SCRIPT.value, script_args)
     model_dir = config.model_dir or model_dir_of(script_args)
+    program = f"--module={config.module}" if config.module else f"--script={_SCRIPT.value}"
     if not model_dir:
         raise UsageError(
-            f"--script={_SCRIPT.value} needs the directory its estimator writes to, for the "
-            "job's logs/ and checkpoint step, and none of the script's arguments names it "
-            f"({', '.join(_MODEL_DIR_ARGS)}). Pass it as --model_dir=DIR before '--', and give "
-            "the script the same directory."
+            f"{program} needs the directory its estimator writes to, for the "
+            "job's logs/ and checkpoint step, and none of its arguments names it "
+            f"({', '.join(script_lib.MODEL_DIR_ARGS)}). Pass it as --model_dir=DIR before "
+            "'--', and give the program the same directory."
         )
     config = dataclasses.replace(config, model_dir=model_dir)
-    with open(config.path) as stream:
-        source = stream.read()
-    verdict = pitfalls.script_verdict(source, _SCRIPT.value)
-    found = pitfalls.scan_source(source, _SCRIPT.value)
+    verdict, _, found = program_report(_SCRIPT.value, config.module, config.package_path)
     return Plan(
         script_lib.PROGRAM,
         tuple(config.to_args()),
@@ -298,7 +281,8 @@ def _script_plan(script_args: Sequence[str]) -> Plan:
         None,
         "max_steps",
         (
-            f"{_SCRIPT.value} (read, not run; every task checks it again when it runs): {verdict}",
+            f"{config.module or _SCRIPT.value} (read, not run; every task checks it again "
+            f"when it runs): {verdict}",
             *pitfalls.format_report(found).splitlines(),
         ),
         config.preemption_grace_secs + 5,
@@ -315,7 +299,7 @@ def _new_cluster(attempt: int) -> LocalCluster:
 
 def _plan(argv: Sequence[str], shared_model_dir: bool) -> Plan:
     """The job's plan, validated once."""
-    if _SCRIPT.value:
+    if _SCRIPT.value or _MODULE.value or _PACKAGE_PATH.value is not None:
         return _script_plan(argv[1:])
     return _train_plan(argv[1:], shared_model_dir)
 

@@ -1,8 +1,10 @@
-"""Print a Kubeflow TFJob that runs `estimator_dist.train` on every replica.
+"""Print a Kubeflow TFJob that runs `estimator_dist.train` (or a script) on every replica.
 
   python -m estimator_dist.manifest --name=mnist --image=registry.example.com/trainer:1.0 \\
       --num_workers=4 --evaluator -- --model_dir=gs://bucket/mnist --train_steps=5000 \\
       | kubectl apply -f -
+  python -m estimator_dist.manifest --name=census --image=IMAGE --num_workers=2 \\
+      --module=trainer.task [--package_path=/app] -- --job-dir=gs://bucket/census
 
 Everything after `--` is the training job's flags, the same on every replica;
 they are checked here as every task would check them (an unknown flag, a bad
@@ -13,17 +15,26 @@ counts training tasks the way the launcher's does: the chief and N-1 workers.
 PersistentVolumeClaim mounted with `--pvc=CLAIM:/mount/path`. Warnings go to
 standard error, the YAML to standard output. What each field means and how the
 operator treats the job: docs/kubernetes.md.
+
+With `--script=PATH` or `--module=PACKAGE.MODULE` every replica runs
+`python -m estimator_dist.script [its flags] ... -- [the program's arguments]`
+instead, and everything after `--` is the program's own arguments. The
+program is inside the image: its path, and `--package_path` (default: the
+image's working directory), are paths in the image, checked only for their
+form here; the model_dir is `--model_dir` or the program's `--model_dir`,
+`--job-dir`, ... argument. Nothing here imports TensorFlow in that form.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from typing import List, Sequence, Tuple
 
 from absl import flags
 
-from estimator_dist import tfjob, train_args, train_flags
+from estimator_dist import script_config, tfjob, train_args, train_flags
 from estimator_dist.base import cli
 from estimator_dist.base.errors import Error, UsageError
 
@@ -115,6 +126,18 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         lower_bound=0,
         flag_values=f,
     )
+    flags.DEFINE_string(
+        "script",
+        None,
+        "Run this script, a path inside the image, with estimator_dist.script on every "
+        "replica; the arguments after `--` are then the script's own (docs/scripts.md).",
+        flag_values=f,
+    )
+    script_config.define_flags(
+        f,
+        "With --module: the directory inside the image holding the module's top-level "
+        "package (default: the image's working directory).",
+    )
     flags.mark_flags_as_required(["name", "image", "num_workers"], flag_values=f)
 
 
@@ -145,24 +168,12 @@ def _pairs(flag: str, items: Sequence[str]) -> Tuple[Tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def generate(f: flags.FlagValues, train_args: Sequence[str]) -> Tuple[str, List[str]]:
-    """The TFJob's YAML and the warnings for it, from parsed manifest flags.
-
-    Raises:
-      UsageError: for a bad flag of either program, or a job that cannot run.
-      Error: if the Kubeflow Training SDK is missing.
-    """
-    parsed = parse_train_args(train_args)
-    job = train_flags.job_from_flags(parsed)
-    settings = tfjob.TFJobSettings(
+def _common(f: flags.FlagValues) -> dict:
+    """The TFJob settings that do not depend on the program."""
+    return dict(
         name=f.name,
         image=f.image,
         num_workers=f.num_workers,
-        model_dir=job.run.model_dir,
-        train_args=tuple(train_args),
-        preemption_grace_secs=job.preemption_grace_secs,
-        strategy=job.strategy.name,
-        communication=job.strategy.communication if parsed["communication"].present else None,
         namespace=f.namespace,
         evaluator=f.evaluator,
         num_ps=f.num_ps,
@@ -174,6 +185,68 @@ def generate(f: flags.FlagValues, train_args: Sequence[str]) -> Tuple[str, List[
         backoff_limit=f.backoff_limit,
         active_deadline_secs=f.active_deadline_secs,
         ttl_secs_after_finished=f.ttl_secs_after_finished,
+    )
+
+
+def _script_settings(f: flags.FlagValues, args: Sequence[str]) -> tfjob.TFJobSettings:
+    """The TFJob of a `--script` or `--module` job, checked without TensorFlow.
+
+    Raises:
+      UsageError: for a bad flag, program name, no model_dir, or ps replicas.
+    """
+    config = script_config.config_from_flags(f, f.script, args, resolve=False)
+    program = f"--module={config.module}" if config.module else f"--script={config.path}"
+    if f.num_ps:
+        raise UsageError(
+            f"--num_ps={f.num_ps} with {program}: its replicas train with the strategy "
+            "the program's RunConfig sets, or MultiWorkerMirroredStrategy, and a script's "
+            "parameter servers need its own ParameterServerStrategy; leave --num_ps out."
+        )
+    model_dir = config.model_dir or script_config.model_dir_of(args)
+    if not model_dir:
+        raise UsageError(
+            f"{program} needs the shared directory its estimator writes to, and none of "
+            f"its arguments after '--' names it ({', '.join(script_config.MODEL_DIR_ARGS)}). "
+            "Pass it as --model_dir=DIR before '--', and give the program the same one."
+        )
+    chosen = f["communication"].present
+    communication = "NCCL" if f.gpus_per_worker and not chosen else config.communication
+    config = dataclasses.replace(config, model_dir=model_dir, communication=communication)
+    return tfjob.TFJobSettings(
+        model_dir=model_dir,
+        train_args=tuple(config.to_args()),
+        preemption_grace_secs=config.preemption_grace_secs,
+        communication=config.communication if chosen else None,
+        program=script_config.PROGRAM,
+        **_common(f),
+    )
+
+
+def generate(f: flags.FlagValues, train_args: Sequence[str]) -> Tuple[str, List[str]]:
+    """The TFJob's YAML and the warnings for it, from parsed manifest flags.
+
+    Raises:
+      UsageError: for a bad flag of either program, or a job that cannot run.
+      Error: if the Kubeflow Training SDK is missing.
+    """
+    if f.script or f.module or f.package_path is not None:
+        settings = _script_settings(f, train_args)
+        return tfjob.to_yaml(tfjob.build_tfjob(settings)), settings.warnings()
+    given = [name for name in script_config.FLAG_NAMES if f[name].present]
+    if given:
+        raise UsageError(
+            f"--{given[0]} is a flag of --script and --module jobs; for an "
+            f"estimator_dist.train job give it after '--' (e.g. `-- --{given[0]}=...`)."
+        )
+    parsed = parse_train_args(train_args)
+    job = train_flags.job_from_flags(parsed)
+    settings = tfjob.TFJobSettings(
+        model_dir=job.run.model_dir,
+        train_args=tuple(train_args),
+        preemption_grace_secs=job.preemption_grace_secs,
+        strategy=job.strategy.name,
+        communication=job.strategy.communication if parsed["communication"].present else None,
+        **_common(f),
     )
     tfjob.check_train_job(settings, job)
     return tfjob.to_yaml(tfjob.build_tfjob(settings)), settings.warnings()

@@ -1,4 +1,10 @@
-"""What `estimator_dist.script` runs: the script, its arguments and the task's settings.
+"""What `estimator_dist.script` runs: the script or module, its arguments, the task's settings.
+
+The program is a script file (`--script=train.py`, run as `python train.py`
+runs it) or a module of a package (`--module=trainer.task`, run as
+`python -m trainer.task` runs it, with `--package_path` first on `sys.path`).
+A module is found by its files, without importing anything: the launcher must
+not run user code.
 
 Its flags live on their own `FlagValues` (`define_flags`), because a script
 that uses absl defines and parses its own flags on the global ones; the
@@ -19,7 +25,15 @@ from typing import List, Optional, Sequence, Tuple
 from absl import flags
 
 from estimator_dist.base.errors import UsageError
+from estimator_dist.script_program import (
+    check_module_name,
+    check_package_path,
+    check_script,
+    find_module,
+)
 from run_config.names import COMMUNICATIONS
+
+__all__ = ["ScriptConfig", "check_script", "config_from_flags", "define_flags", "model_dir_of"]
 
 PROGRAM = "estimator_dist.script"
 
@@ -41,13 +55,58 @@ FLAG_NAMES = (
 )
 
 
-def define_flags(flag_values: flags.FlagValues) -> None:
+#: The flags that name the program instead of a script path; passed on before the others.
+PROGRAM_FLAG_NAMES = ("module", "package_path")
+
+#: Arguments of a program that name its model_dir, by the conventions programs follow.
+MODEL_DIR_ARGS = ("--model_dir", "--model-dir", "--job-dir", "--job_dir")
+
+
+def model_dir_of(script_args: Sequence[str]) -> Optional[str]:
+    """The model_dir a program is given by its own arguments, if one of them names it.
+
+    >>> model_dir_of(["--max_steps=10", "--model_dir", "/tmp/run1"])
+    '/tmp/run1'
+    >>> model_dir_of(["--job-dir=gs://bucket/run"]), model_dir_of(["--steps=1"])
+    ('gs://bucket/run', None)
+    """
+    for index, arg in enumerate(script_args):
+        name, equals, value = arg.partition("=")
+        if name in MODEL_DIR_ARGS:
+            if equals:
+                return value
+            if index + 1 < len(script_args):
+                return script_args[index + 1]
+    return None
+
+
+def define_flags(flag_values: flags.FlagValues, package_path_help: str = "") -> None:
     """Defines this module's flags on `flag_values` (the launcher defines them too).
+
+    `package_path_help` replaces the help of `--package_path` (the manifest's
+    means a path inside the image).
 
     They live on their own `FlagValues` in this module, not on `flags.FLAGS`:
     a script that uses absl defines and parses its own flags there.
     """
     f = flag_values
+    flags.DEFINE_string(
+        "module",
+        None,
+        "Run this module of a package as `python -m` runs it (e.g. trainer.task, with "
+        "`from . import model` inside) instead of a script: its file is sys.argv[0], "
+        "__name__ is __main__ and relative imports work. Everything after `--` is its own "
+        "arguments. See docs/scripts.md.",
+        flag_values=f,
+    )
+    flags.DEFINE_string(
+        "package_path",
+        None,
+        package_path_help
+        or "With --module: the directory holding the module's top-level package, put first "
+        "on sys.path (default: the current directory, made absolute).",
+        flag_values=f,
+    )
     flags.DEFINE_string(
         "model_dir",
         None,
@@ -99,8 +158,8 @@ def define_flags(flag_values: flags.FlagValues) -> None:
     flags.DEFINE_integer(
         "eval_throttle_secs",
         None,
-        "Replaces the script's EvalSpec throttle_secs (TensorFlow's default: 600 s). The "
-        "evaluator may wait this long after training ends before its final evaluation.",
+        "Replaces the script's EvalSpec throttle_secs (TensorFlow's default: 600 s). A "
+        "checkpoint at the last step ends the evaluator's wait at once, whatever its value.",
         lower_bound=0,
         flag_values=f,
     )
@@ -122,42 +181,14 @@ def define_flags(flag_values: flags.FlagValues) -> None:
     )
 
 
-def check_script(path: str) -> str:
-    """Checks that `path` is a readable Python file; returns its absolute path.
-
-    Raises:
-      UsageError: naming the path, what is wrong and the fix.
-    """
-    absolute = os.path.abspath(path)
-    if not os.path.exists(absolute):
-        raise UsageError(
-            f"--script={path} does not exist (looked for {absolute}). Give the path of the "
-            "training script, relative to the current directory or absolute."
-        )
-    if not os.path.isfile(absolute):
-        raise UsageError(f"--script={path} is not a file; give the training script's .py file.")
-    try:
-        with open(absolute, "rb") as stream:
-            compile(stream.read(), absolute, "exec")
-    except OSError as error:
-        raise UsageError(f"--script={path} cannot be read: {error.strerror}.") from None
-    except (SyntaxError, ValueError) as error:
-        line = getattr(error, "lineno", None)
-        raise UsageError(
-            f"--script={path} is not a Python script"
-            f"{f' (line {line}: {error.msg})' if line else f' ({error})'}; give the "
-            "training script's .py file."
-        ) from None
-    return absolute
-
-
 @dataclasses.dataclass(frozen=True)
 class ScriptConfig:
     """A legacy script to run on a task, and what the task adds to it.
 
     Attributes:
-      path: The script; made absolute and checked to be Python.
-      args: The script's own command-line arguments.
+      path: The script; made absolute and checked to be Python. With `module`,
+        the module's file (what `python -m` puts in `sys.argv[0]`), found from it.
+      args: The program's own command-line arguments.
       communication: RING, NCCL or AUTO (any case), for the strategy given to
         a script whose RunConfig has none.
       collective_timeout: Seconds a collective may wait, or None for ever.
@@ -170,13 +201,19 @@ class ScriptConfig:
       preemption_checkpoint: Stop every task at one checkpointed step on
         SIGTERM/SIGINT (`estimator_dist.preemption`).
       preemption_grace_secs: Seconds from the signal to a forced exit 155.
+      module: The module to run as `python -m` runs it, instead of a script.
+      package_path: With `module`: the directory put first on `sys.path`
+        (default: the current directory), made absolute.
+      resolve: Whether the program's files are on this machine, to be found and
+        checked; False for a manifest, whose program is inside an image: then
+        only the names are checked and paths are kept as given.
 
     >>> config = ScriptConfig(__file__, ["--max_steps=10"], communication="ring")
     >>> config.communication, config.args
     ('RING', ('--max_steps=10',))
     """
 
-    path: str
+    path: Optional[str] = None
     args: Tuple[str, ...] = ()
     communication: str = "AUTO"
     collective_timeout: Optional[float] = None
@@ -187,9 +224,12 @@ class ScriptConfig:
     eval_throttle_secs: Optional[int] = None
     preemption_checkpoint: bool = True
     preemption_grace_secs: float = 25.0
+    module: Optional[str] = None
+    package_path: Optional[str] = None
+    resolve: bool = dataclasses.field(default=True, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "path", check_script(self.path))
+        self._check_program()
         object.__setattr__(self, "args", tuple(self.args))
         communication = str(self.communication).upper()
         if communication not in COMMUNICATIONS:
@@ -212,11 +252,51 @@ class ScriptConfig:
         if self.model_dir is not None:
             if not self.model_dir:
                 raise UsageError("--model_dir is empty; give the directory the script writes to.")
-            if "://" not in self.model_dir:
+            if "://" not in self.model_dir and self.resolve:
                 object.__setattr__(self, "model_dir", os.path.abspath(self.model_dir))
 
+    def _check_program(self) -> None:
+        """Checks the script or the module (found by its files when `resolve`)."""
+        if self.module is None and self.package_path is not None:
+            raise UsageError(
+                f"--package_path={self.package_path} was given without --module; expected "
+                "it only with --module=PACKAGE.MODULE. Add --module, or leave --package_path "
+                "out to run a --script."
+            )
+        if self.module is None and not self.path:
+            raise UsageError(
+                "no program given (neither --script nor --module); expected one of them: "
+                "--script=train.py for a script file, or --module=trainer.task for a module "
+                "of a package, run as `python -m trainer.task` runs it."
+            )
+        if self.module is None:
+            path = check_script(self.path) if self.resolve else self.path
+            object.__setattr__(self, "path", path)
+            return
+        if not self.resolve:
+            check_module_name(self.module)
+            if self.path is not None:
+                raise UsageError(_both(self.path, self.module))
+            return
+        package_path = check_package_path(self.package_path)
+        found = find_module(self.module, package_path)
+        # A copy (dataclasses.replace) brings the file found before.
+        if self.path is not None and os.path.abspath(self.path) != found:
+            raise UsageError(_both(self.path, self.module))
+        object.__setattr__(self, "package_path", package_path)
+        object.__setattr__(self, "path", found)
+
+    @property
+    def program(self) -> str:
+        """How messages name the program: `train.py`, or `module trainer.task`."""
+        return f"module {self.module}" if self.module else str(self.path)
+
     def to_args(self) -> List[str]:
-        """The command line of `python -m estimator_dist.script` that runs this config."""
+        """The command line of `python -m estimator_dist.script` that runs this config.
+
+        >>> ScriptConfig(module="m", package_path="/srv", resolve=False).to_args()[:2]
+        ['--module=m', '--package_path=/srv']
+        """
         values = {
             "model_dir": self.model_dir,
             "communication": self.communication,
@@ -229,19 +309,40 @@ class ScriptConfig:
             "preemption_grace_secs": self.preemption_grace_secs,
         }
         given = [f"--{name}={values[name]}" for name in FLAG_NAMES if values[name] is not None]
-        return [*given, "--", self.path, *self.args]
+        if self.module is None:
+            return [*given, "--", str(self.path), *self.args]
+        program = [f"--module={self.module}"]
+        if self.package_path is not None:
+            program.append(f"--package_path={self.package_path}")
+        return [*program, *given, "--", *self.args]
+
+
+def _both(path: str, module: str) -> str:
+    return (
+        f"both --script={path} and --module={module} were given; expected one program: "
+        "--script=FILE for a script, or --module=PACKAGE.MODULE for a module of a package. "
+        "Keep one of the two."
+    )
 
 
 def config_from_flags(
-    flag_values: flags.FlagValues, path: str, args: Sequence[str]
+    flag_values: flags.FlagValues,
+    path: Optional[str],
+    args: Sequence[str],
+    resolve: bool = True,
 ) -> ScriptConfig:
-    """Turns parsed `define_flags` flags, the script and its arguments into a `ScriptConfig`.
+    """Turns parsed `define_flags` flags, the script (or --module) and its arguments into a config.
 
     Raises:
-      UsageError: for a bad value or script.
+      UsageError: for a bad value, script or module.
     """
     f = flag_values
+    if path is not None and f.module is not None:
+        raise UsageError(_both(path, f.module))
     return ScriptConfig(
+        module=f.module,
+        package_path=f.package_path,
+        resolve=resolve,
         path=path,
         args=tuple(args),
         communication=f.communication,

@@ -107,7 +107,7 @@ class TFJobSettings:
       image: The container image, with estimator-dist and the model code.
       num_workers: Training tasks, the chief included (as the launcher's).
       model_dir: The training job's `--model_dir`, shared by every replica.
-      train_args: Arguments of `estimator_dist.train`, the same on every replica.
+      train_args: Arguments of `program`, the same on every replica.
       preemption_grace_secs: The training job's `--preemption_grace_secs`.
       strategy: The training job's `--distribution_strategy`.
       communication: Its `--communication` (upper case) when the training
@@ -123,6 +123,9 @@ class TFJobSettings:
       backoff_limit: `runPolicy.backoffLimit`.
       active_deadline_secs: `runPolicy.activeDeadlineSeconds`, or None.
       ttl_secs_after_finished: `runPolicy.ttlSecondsAfterFinished`, or None.
+      program: The module each replica runs: `estimator_dist.train`, or
+        `estimator_dist.script` for a script or module (`train_args` then hold
+        its flags, `--`, and the program's arguments).
     """
 
     name: str
@@ -144,6 +147,7 @@ class TFJobSettings:
     backoff_limit: int = 3
     active_deadline_secs: Optional[int] = None
     ttl_secs_after_finished: Optional[int] = None
+    program: str = TRAIN_COMMAND[-1]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "train_args", tuple(self.train_args))
@@ -242,7 +246,7 @@ class TFJobSettings:
     def container_args(self) -> Tuple[str, ...]:
         """The training flags, with `--communication=NCCL` for GPUs unless they chose one."""
         if self.gpus_per_worker and self.strategy == MULTI_WORKER_MIRRORED:
-            if self.communication is None:
+            if self.communication is None and self.program == TRAIN_COMMAND[-1]:
                 return (*self.train_args, "--communication=NCCL")
         return self.train_args
 
@@ -376,7 +380,7 @@ def _pod_template(models: Any, settings: TFJobSettings, kind: str) -> Any:
     container = models.V1Container(
         name=CONTAINER_NAME,
         image=settings.image,
-        command=list(TRAIN_COMMAND),
+        command=[*TRAIN_COMMAND[:-1], settings.program],
         args=list(settings.container_args()),
         ports=[models.V1ContainerPort(name=PORT_NAME, container_port=PORT)],
         env=[models.V1EnvVar(name=k, value=v) for k, v in (*BASE_ENV, *settings.env)],

@@ -7,7 +7,7 @@ before any task commits; a warning is logged and training goes on.
 
 >>> [p.code for p in scan_source("est.train(input_fn=fn, max_steps=10)")]
 ['estimator-train']
->>> print(script_verdict("tf.estimator.train_and_evaluate(est, train_spec, eval_spec)"))
+>>> print(script_verdict("import tensorflow as tf; tf.estimator.train_and_evaluate(e, t, v)"))
 will run with --script: yes (calls tf.estimator.train_and_evaluate at line 1)
 """
 
@@ -17,6 +17,9 @@ import ast
 import dataclasses
 import inspect
 from typing import Any, Callable, List, Optional, Tuple
+
+from estimator_dist.base import program_scan
+from estimator_dist.base.program_scan import _is_estimator_call
 
 #: An input_fn that cannot shard: every worker reads the same examples.
 NO_INPUT_CONTEXT = (
@@ -45,6 +48,13 @@ ESTIMATOR_TRAIN = (
     "tf.estimator.train_and_evaluate(estimator, TrainSpec(...), EvalSpec(...)), which is what "
     "`python -m estimator_dist.train` runs and what `--script` distributes."
 )
+#: `estimator.train` and `estimator.evaluate` in a script's source: information, not an error.
+ESTIMATOR_SEGMENT = (
+    "{where}calls estimator.{method}(...): on a cluster each call runs as one synchronised "
+    "segment on every worker, so every worker must make the same calls with the same steps. "
+    "tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec) does both in one run, "
+    "the evaluator evaluating each checkpoint while the workers train."
+)
 #: A TrainSpec without `max_steps`.
 NO_MAX_STEPS = (
     "{where}TrainSpec(...) sets no max_steps, so on several workers training runs until an "
@@ -52,8 +62,6 @@ NO_MAX_STEPS = (
     "evaluator waits for a last step that never comes. Fix: make the training input repeat "
     "(dataset.repeat()) and pass TrainSpec(input_fn, max_steps=N)."
 )
-#: Keyword arguments that mark a call of `Estimator.train`/`evaluate`.
-_ESTIMATOR_CALL_KEYWORDS = {"input_fn", "steps", "max_steps", "hooks", "checkpoint_path"}
 #: A Keras model handed to the bridge without `compile`.
 KERAS_NOT_COMPILED = (
     "--keras_model={name} returned a model that is not compiled; model_to_estimator "
@@ -133,26 +141,6 @@ def check_keras_model(model: Any, name: str) -> List[Pitfall]:
     return found
 
 
-def _is_estimator_call(node: ast.Call) -> Optional[str]:
-    """`train` or `evaluate` when `node` looks like a call of `Estimator.train`/`evaluate`.
-
-    `<x>.train(...)` with any argument counts; `<x>.evaluate(...)` only with an
-    Estimator keyword or an input function as first argument, since
-    `model.evaluate(x, y)` is Keras.
-    """
-    function = node.func
-    if not isinstance(function, ast.Attribute) or function.attr not in ("train", "evaluate"):
-        return None
-    keywords = {keyword.arg for keyword in node.keywords}
-    if keywords & _ESTIMATOR_CALL_KEYWORDS:
-        return function.attr
-    if function.attr == "train":
-        return function.attr if node.args else None
-    first = node.args[0] if node.args else None
-    named = getattr(first, "id", None) or getattr(first, "attr", None) or ""
-    return function.attr if isinstance(first, ast.Lambda) or "input" in named else None
-
-
 def _called_name(node: ast.Call) -> Optional[str]:
     function = node.func
     if isinstance(function, ast.Attribute):
@@ -193,14 +181,14 @@ def _scan(tree: ast.AST, filename: str) -> List[Tuple[int, Pitfall]]:
             keywords = {keyword.arg for keyword in node.keywords}
             method = _is_estimator_call(node)
             if method:
-                message = ESTIMATOR_TRAIN.format(where=where, method=method)
-                found.append((line, Pitfall(f"estimator-{method}", message, True)))
+                message = ESTIMATOR_SEGMENT.format(where=where, method=method)
+                found.append((line, Pitfall(f"estimator-{method}", message, False)))
             # A `**kwargs` or `*args` argument may hold max_steps.
             splat = None in keywords or any(isinstance(a, ast.Starred) for a in node.args)
             spec_without_steps = not splat and "max_steps" not in keywords and len(node.args) < 2
             if _called_name(node) == "TrainSpec" and spec_without_steps:
                 message = NO_MAX_STEPS.format(where=where)
-                found.append((line, Pitfall("no-max-steps", message, True)))
+                found.append((line, Pitfall("no-max-steps", message, False)))
             if "save_checkpoints_secs" in keywords:
                 message = CHECKPOINT_SECS.format(
                     where=where, value="", strategy="MultiWorkerMirroredStrategy"
@@ -215,69 +203,13 @@ def _scan(tree: ast.AST, filename: str) -> List[Tuple[int, Pitfall]]:
     return sorted(found, key=lambda item: item[0])
 
 
-@dataclasses.dataclass(frozen=True)
-class ScriptVerdict:
-    """Whether `--script` can run a legacy script, read from its source.
-
-    Attributes:
-      runs: Whether the script calls `train_and_evaluate` and nothing that stops
-        a multi-worker task.
-      reason: Why, with the line and the fix when it does not run.
-    """
-
-    runs: bool
-    reason: str
-
-    def __str__(self) -> str:
-        if self.runs:
-            return f"will run with --script: yes ({self.reason})"
-        return f"will run with --script: no: {self.reason}"
-
-
-#: What each pitfall that stops `--script` says in the verdict, and its fix.
-_STOPS_SCRIPT = {
-    "estimator-train": "calls estimator.train(...) at line {line}; replace it with "
-    "tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)",
-    "estimator-evaluate": "calls estimator.evaluate(...) at line {line}; evaluation runs in "
-    "train_and_evaluate's evaluator task, which writes model_dir/eval_metrics.json",
-    "no-max-steps": "TrainSpec(...) at line {line} sets no max_steps; make the training input "
-    "repeat and pass max_steps=N",
-}
-
-
-def script_verdict(source: str, filename: str = "<script>") -> ScriptVerdict:
-    """Reads a legacy script's source and says whether `--script` can run it.
-
-    It can when the script calls `train_and_evaluate` and no `estimator.train`
-    or `estimator.evaluate`, and every `TrainSpec` sets `max_steps`. A call
-    made in another module the script imports is not seen.
-
-    Args:
-      source: Python source code.
-      filename: Shown in the messages.
-
-    Returns:
-      The verdict; its `str` is one line for the user.
+def script_verdict(source: str, filename: str = "<script>") -> program_scan.Verdict:
+    """Reads one script's source and says whether `--script` can run it (`program_scan`).
 
     Raises:
       SyntaxError: if `source` is not Python.
     """
-    tree = ast.parse(source, filename)
-    for line, pitfall in _scan(tree, filename):
-        if pitfall.code in _STOPS_SCRIPT:
-            return ScriptVerdict(False, _STOPS_SCRIPT[pitfall.code].format(line=line))
-    calls = sorted(
-        node.lineno
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and _called_name(node) == "train_and_evaluate"
-    )
-    if not calls:
-        return ScriptVerdict(
-            False,
-            "it never calls tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec), "
-            "the call --script distributes; train and evaluate through it",
-        )
-    return ScriptVerdict(True, f"calls tf.estimator.train_and_evaluate at line {calls[0]}")
+    return program_scan.verdict(program_scan.scan_sources({"__main__": (filename, source)}))
 
 
 def format_report(pitfalls: List[Pitfall]) -> str:

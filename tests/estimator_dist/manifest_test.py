@@ -277,3 +277,75 @@ def test_the_package_imports_no_sdk_until_it_builds_a_tfjob():
         [sys.executable, "-c", code], cwd=procs.REPO, capture_output=True, text=True, timeout=90
     )
     assert result.returncode == 0, result.stderr
+
+
+# --- a script or a module of a package on every replica ------------------------------
+
+PROGRAM = ("--job-dir=gs://bucket/census", "--train-files=gs://bucket/train.csv")
+
+
+def test_a_module_runs_through_the_script_entry_point_on_every_replica(capsys):
+    args = job_args("--evaluator", "--module=trainer.task", "--package_path=/app", train=PROGRAM)
+    job, err = generated(args, capsys)
+    assert list(job.spec.tf_replica_specs) == ["Chief", "Worker", "Evaluator"]
+    for spec in job.spec.tf_replica_specs.values():
+        (container,) = spec.template.spec.containers
+        assert container.command == ["python", "-m", "estimator_dist.script"]
+        assert container.args[:3] == [
+            "--module=trainer.task",
+            "--package_path=/app",
+            "--model_dir=gs://bucket/census",
+        ]
+        assert container.args[container.args.index("--") :] == ["--", *PROGRAM]
+        assert spec.restart_policy == "ExitCode"
+    assert err == ""
+
+
+def test_a_script_in_the_image_with_gpus_gets_nccl_before_its_arguments(capsys):
+    args = job_args("--gpus_per_worker=1", "--script=/app/train.py", train=PROGRAM)
+    job, _ = generated(args, capsys)
+    (container,) = job.spec.tf_replica_specs["Chief"].template.spec.containers
+    assert "--communication=NCCL" in container.args
+    assert container.args[-4:] == ["--", "/app/train.py", *PROGRAM]
+    assert not any(arg.startswith("--package_path") for arg in container.args)
+
+
+@pytest.mark.parametrize(
+    "extra, train, expected",
+    [
+        (["--module=trainer.task", "--script=t.py"], PROGRAM, ["both --script=t.py and"]),
+        (["--module=trainer/task.py"], PROGRAM, ["is not a module name", "--script=FILE"]),
+        (["--package_path=/app"], PROGRAM, ["--package_path=/app was given without --module"]),
+        (["--module=trainer.task"], ("--steps=3",), ["needs the shared directory", "--job-dir"]),
+        (["--module=trainer.task", "--num_ps=1"], PROGRAM, ["--num_ps=1 with --module"]),
+        (["--communication=RING"], (REMOTE,), ["--communication is a flag of --script and"]),
+    ],
+)
+def test_script_and_module_usage_errors_exit_2(extra, train, expected, capsys):
+    code, out, err = run(job_args(*extra, train=train), capsys)
+    assert code == exit_codes.USAGE, err
+    assert out == ""
+    for fragment in expected:
+        assert fragment in err.splitlines()[0]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_a_module_job_imports_no_tensorflow():
+    code = (
+        "import sys\n"
+        "from estimator_dist import manifest\n"
+        "manifest.define_flags()\n"
+        f"sys.argv = ['m', *{job_args('--module=trainer.task', train=PROGRAM)!r}]\n"
+        "try:\n"
+        "    manifest.cli.run_program(manifest.main, manifest.PROGRAM)\n"
+        "except SystemExit as exit:\n"
+        "    assert not exit.code, exit.code\n"
+        "loaded = [m for m in sys.modules if m.split('.')[0] == 'tensorflow']\n"
+        "assert not loaded, loaded[:5]\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=procs.REPO, capture_output=True, text=True, timeout=90
+    )
+    assert result.returncode == 0, result.stderr
+    assert "estimator_dist.script" in result.stdout

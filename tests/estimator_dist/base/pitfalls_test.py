@@ -40,13 +40,13 @@ def test_scan_finds_each_pitfall_of_a_legacy_script_with_its_line():
     assert [(p.code, p.fatal) for p in found] == [
         ("no-input-context", False),
         ("checkpoint-secs", True),
-        ("estimator-train", True),
+        ("estimator-train", False),
     ]
     assert found[0].message.startswith("input_fn train.py:4: train_input_fn takes no")
     assert "train.py:13: save_checkpoints_secs cannot be used" in found[1].message
     assert "Fix: use save_checkpoints_steps" in found[1].message
-    assert found[2].message.startswith("train.py:15: calls estimator.train(...)")
-    assert "Fix: use tf.estimator.train_and_evaluate" in found[2].message
+    assert found[2].message.startswith("train.py:15: calls estimator.train(...): on a cluster")
+    assert "each call runs as one synchronised segment on every worker" in found[2].message
 
 
 LEGACY_CALLS = textwrap.dedent(
@@ -67,15 +67,12 @@ LEGACY_CALLS = textwrap.dedent(
 def test_scan_finds_evaluate_calls_and_a_train_spec_without_max_steps():
     found = pitfalls.scan_source(LEGACY_CALLS, "run.py")
     assert [(p.code, p.fatal) for p in found] == [
-        ("no-max-steps", True),
-        ("estimator-evaluate", True),
-        ("estimator-evaluate", True),
+        ("no-max-steps", False),
+        ("estimator-evaluate", False),
+        ("estimator-evaluate", False),
     ]
     assert found[0].message.startswith("run.py:5: TrainSpec(...) sets no max_steps")
-    assert found[1].message.startswith("run.py:7: calls estimator.evaluate(...), which cannot")
-    assert "Only STANDALONE_CLIENT mode is supported when you call estimator.evaluate" in (
-        found[1].message
-    )
+    assert found[1].message.startswith("run.py:7: calls estimator.evaluate(...): on a cluster")
     assert found[2].message.startswith("run.py:8: calls estimator.evaluate(...)")
 
 
@@ -94,19 +91,18 @@ def test_scan_finds_evaluate_calls_and_a_train_spec_without_max_steps():
         ),
         (
             SCRIPT,
-            "will run with --script: no: calls estimator.train(...) at line 15; replace it with "
-            "tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)",
+            "will run with --script: yes (trains with estimator.train() at line 15: each call "
+            "runs as one synchronised segment on every worker)",
         ),
         (
             LEGACY_CALLS,
-            "will run with --script: no: TrainSpec(...) at line 5 sets no max_steps; make the "
-            "training input repeat and pass max_steps=N",
+            "will run with --script: yes (calls tf.estimator.train_and_evaluate at line 10)",
         ),
         (
             "estimator = make_estimator()\nrun(estimator)",
             "will run with --script: no: it never calls tf.estimator.train_and_evaluate("
-            "estimator, train_spec, eval_spec), the call --script distributes; train and "
-            "evaluate through it",
+            "estimator, train_spec, eval_spec) nor an Estimator's train(), the calls --script "
+            "distributes; train and evaluate through them",
         ),
     ],
 )
@@ -118,8 +114,8 @@ def test_report_lists_fatal_pitfalls_first_and_says_when_there_are_none():
     report = pitfalls.format_report(pitfalls.scan_source(SCRIPT, "train.py")).splitlines()
     assert [line.split("]")[0] for line in report] == [
         "pre-flight error [checkpoint-secs",
-        "pre-flight error [estimator-train",
         "pre-flight warning [no-input-context",
+        "pre-flight warning [estimator-train",
     ]
     assert pitfalls.format_report([]) == "pre-flight: no multi-worker pitfalls found."
 
@@ -181,9 +177,9 @@ def test_preflight_refuses_a_fatal_pitfall_before_anything_is_written(tmp_path, 
 def test_check_command_reports_the_legacy_script_and_passes_its_migrated_version():
     before = run_module("estimator_dist.check", [f"--script={LEGACY}/before.py"], 120, check=False)
     assert before.returncode == 2, before.describe()
-    assert f"{LEGACY}/before.py: will run with --script: no: calls estimator.train(...)" in (
-        before.output
-    )
+    assert (
+        f"{LEGACY}/before.py: will run with --script: yes (trains with estimator.train() at line 55"
+    ) in before.output
     assert "[checkpoint-secs]" in before.output and "[estimator-train]" in before.output
     assert "train_input_fn takes no `input_context`" in before.output
     after = run_module(
