@@ -32,6 +32,7 @@ from estimator_dist.base import tf_patches
 from estimator_dist.base.cluster import EVALUATOR, ClusterConfig
 from estimator_dist.base.errors import DataError, Error, UsageError
 from estimator_dist.diagnose import explain_training_error, explain_user_error, refused_writes
+from estimator_dist.evaluator_watchdog import EvaluatorWatchdog
 from estimator_dist.guards import enter_task, progress_hook, start_preemption, start_watchdog
 from estimator_dist.job import JobConfig, check_micro_batches
 from estimator_dist.preemption import Preemption
@@ -44,7 +45,7 @@ from estimator_dist.preflight import (
 )
 from estimator_dist.rendezvous import rendezvous
 from estimator_dist.startup import Startup
-from estimator_dist.watchdog import EvaluatorWatchdog, Watchdog
+from estimator_dist.watchdog import Watchdog
 from input_fns import bad_data
 from run_config.run_config import make_run_config
 from run_config.strategies import Strategies, make_strategies

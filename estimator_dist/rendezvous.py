@@ -17,6 +17,10 @@ Each non-chief task holds its own port while it waits, so a port already in
 use, or a second task with the same index on the same host, fails at once
 (exit 154). The evaluator takes no part: it is outside the cluster.
 
+Each task may also send a value of its own, which is not compared: the
+verdict carries every task's value to every task (`exchange`), as the
+batch counts of `estimator_dist.last_step` travel.
+
 Example, what a worker sends::
 
     {"role": "worker-0", "view": {"cluster": {...}, "model_dir": "/shared/run1", ...}}
@@ -133,8 +137,11 @@ def _problems(
     return problems
 
 
-def _serve(cluster: ClusterConfig, view: Mapping[str, Any], timeout: float) -> str:
+def _serve(
+    cluster: ClusterConfig, view: Mapping[str, Any], timeout: float, value: Any
+) -> Tuple[str, Dict[str, Any]]:
     expected = _expected_roles(cluster)
+    values: Dict[str, Any] = {cluster.role: value}
     deadline = time.monotonic() + timeout
     arrived: Dict[str, Dict[str, socket.socket]] = {}
     views: Dict[str, Dict[str, dict]] = {}
@@ -159,6 +166,7 @@ def _serve(cluster: ClusterConfig, view: Mapping[str, Any], timeout: float) -> s
                 previous.close()
             arrived[role][nonce] = conn
             views.setdefault(role, {})[nonce] = message.get("view", {})
+            values[role] = message.get("value")
         missing = sorted(set(expected) - set(arrived))
         problems = _problems(view, views, expected)
         if problems:
@@ -166,13 +174,13 @@ def _serve(cluster: ClusterConfig, view: Mapping[str, Any], timeout: float) -> s
         elif missing:
             reply = {"ok": False, "error": "timeout", "missing": missing}
         else:
-            reply = {"ok": True, "attempt": uuid.uuid4().hex}
+            reply = {"ok": True, "attempt": uuid.uuid4().hex, "values": values}
         for conns in arrived.values():
             for conn in conns.values():
                 _send(conn, reply)
     _raise_for(reply, cluster, timeout, expected)
     logging.info("Rendezvous: all %d other task(s) agree with the chief.", len(expected))
-    return reply["attempt"]
+    return reply["attempt"], values
 
 
 def _raise_for(
@@ -194,7 +202,9 @@ def _raise_for(
         )
 
 
-def _join(cluster: ClusterConfig, view: Mapping[str, Any], timeout: float) -> str:
+def _join(
+    cluster: ClusterConfig, view: Mapping[str, Any], timeout: float, value: Any
+) -> Tuple[str, Dict[str, Any]]:
     own = cluster.jobs[cluster.task_type][cluster.task_index]
     chief = cluster.jobs[CHIEF][0]
     deadline = time.monotonic() + timeout
@@ -207,13 +217,14 @@ def _join(cluster: ClusterConfig, view: Mapping[str, Any], timeout: float) -> st
                 time.sleep(_RETRY_SECS)
                 continue
             with conn:
-                _send(conn, {"role": cluster.role, "nonce": nonce, "view": dict(view)})
+                message = {"role": cluster.role, "nonce": nonce, "view": dict(view), "value": value}
+                _send(conn, message)
                 reply = _read_message(conn, deadline - time.monotonic() + _IO_TIMEOUT)
             if reply is None:
                 time.sleep(_RETRY_SECS)
                 continue
             _raise_for(reply, cluster, timeout, _expected_roles(cluster))
-            return reply["attempt"]
+            return reply["attempt"], reply.get("values", {})
     raise ClusterTimeoutError(
         f"the chief ({chief}) did not answer {cluster.role} within the start-up timeout of "
         f"{timeout:g} s. Start the chief, check that this task can reach it, or raise "
@@ -241,8 +252,23 @@ def rendezvous(cluster: ClusterConfig, view: Mapping[str, Any], timeout: float) 
       ClusterTimeoutError: a task (or the chief) did not arrive in time.
       PortInUseError: this task's port is taken.
     """
-    if not cluster.is_distributed or cluster.task_type == EVALUATOR:
-        return None
+    return exchange(cluster, view, timeout)[0]
+
+
+def exchange(
+    cluster: ClusterConfig, view: Mapping[str, Any], timeout: float, value: Any = None
+) -> Tuple[Optional[str], Dict[str, Any]]:
+    """`rendezvous`, which also hands every task each task's `value` (not compared).
+
+    Returns:
+      The attempt id (None for a single process and the evaluator) and the
+      value of every task of the cluster by role (`{role: value}` for a
+      single process, `{}` for the evaluator).
+    """
+    if not cluster.is_distributed:
+        return None, {cluster.role: value}
+    if cluster.task_type == EVALUATOR:
+        return None, {}
     if cluster.task_type == CHIEF:
-        return _serve(cluster, view, timeout)
-    return _join(cluster, view, timeout)
+        return _serve(cluster, view, timeout, value)
+    return _join(cluster, view, timeout, value)

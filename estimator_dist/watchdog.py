@@ -19,8 +19,8 @@ In a single process evaluation batches count as progress (a slow evaluation
 is no stall); one still reading after 1, 2, 4 ... stall timeouts is warned
 about, naming --eval_steps, but not ended: large inputs take long.
 
-`EvaluatorWatchdog` tells an evaluation that never ends (exit 8) from
-training that ended or failed (exit 152). `arm_fail_fast()` makes
+`estimator_dist.evaluator_watchdog` watches the evaluator (exit 8 or 152);
+it uses `fail`, `unreachable` and `EVAL_UNENDING_MESSAGE` from here. `arm_fail_fast()` makes
 MonitoredSession treat the errors it would silently recover from
 (AbortedError, UnavailableError) as fatal once the first step is done; they
 reach `estimator_dist.train`, which exits 150. Before the first step the
@@ -177,7 +177,8 @@ class Watchdog:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stops the checking thread and waits for it (see `EvaluatorWatchdog.stop`)."""
+        """Stops the checking thread and waits for it (a daemon thread inside TensorFlow's
+        file functions when the interpreter exits aborts the process)."""
         self._stop.set()
         _join(self._thread)
 
@@ -298,85 +299,6 @@ class Watchdog:
     def eval_hook(self) -> tf.compat.v1.train.SessionRunHook:
         """Returns the hook that reports evaluations, each batch counting as progress."""
         return self._evaluations
-
-
-class EvaluatorWatchdog:
-    """Ends the evaluator when no checkpoint comes and the chief is gone.
-
-    The evaluator polls for checkpoints until one reaches the last step, so
-    it would wait forever if training died. It fails when no new checkpoint
-    appeared for `stall_timeout` seconds and the chief cannot be reached.
-
-    Args:
-      role: This task's name.
-      model_dir: Where the chief writes checkpoints.
-      chief: Name to address of the chief.
-      stall_timeout: Seconds without a new checkpoint before the chief is probed.
-      exit_fn: Called as `exit_fn(role, code, cause)`; `fail` by default.
-    """
-
-    def __init__(
-        self,
-        role: str,
-        model_dir: str,
-        chief: Mapping[str, str],
-        stall_timeout: float,
-        exit_fn: Callable[[str, int, str], None] = fail,
-    ) -> None:
-        self._role = role
-        self._model_dir = model_dir
-        self._chief = dict(chief)
-        self._stall_timeout = stall_timeout
-        self._exit = exit_fn
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-        self._evaluations = EvaluationHook(time.monotonic, lambda: None)
-
-    def eval_hook(self) -> tf.compat.v1.train.SessionRunHook:
-        """Returns the hook that tells this watchdog when an evaluation runs."""
-        return self._evaluations
-
-    def start(self) -> None:
-        """Starts watching in a daemon thread."""
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stops watching, and waits for the thread: a daemon thread inside TensorFlow's
-        file functions when the interpreter exits aborts the process (SIGABRT)."""
-        self._stop.set()
-        _join(self._thread)
-
-    def _run(self) -> None:
-        checkpoint = tf.train.latest_checkpoint(self._model_dir)
-        changed = time.monotonic()
-        while not self._stop.wait(max(0.5, min(5.0, self._stall_timeout / 10))):
-            latest = tf.train.latest_checkpoint(self._model_dir)
-            if latest != checkpoint:
-                checkpoint, changed = latest, time.monotonic()
-            elif time.monotonic() - changed > self._stall_timeout and unreachable(self._chief):
-                evaluation = self._evaluations.running()
-                if evaluation is not None:
-                    self._exit(
-                        self._role,
-                        exit_codes.EVAL_UNENDING,
-                        EVAL_UNENDING_MESSAGE.format(
-                            checkpoint=checkpoint,
-                            seconds=time.monotonic() - evaluation[0],
-                            batches=evaluation[2],
-                            stall=self._stall_timeout,
-                            chief=", ".join(self._chief.values()),
-                        ),
-                    )
-                    return
-                self._exit(
-                    self._role,
-                    exit_codes.STALLED,
-                    f"no new checkpoint in {self._model_dir} for {self._stall_timeout:g} s "
-                    f"(latest: {checkpoint}) and the chief ({', '.join(self._chief.values())}) "
-                    "is unreachable, with no evaluation running: training ended or failed "
-                    "before the last step.",
-                )
 
 
 def _join(thread: Optional[threading.Thread]) -> None:

@@ -44,6 +44,8 @@ class EvaluationHook(tf.compat.v1.train.SessionRunHook):
         self._global_step: Optional[tf.Tensor] = None
         self._running: Optional[Tuple[float, Optional[int]]] = None
         self._batches = 0  # Only the evaluation thread writes it: no lock.
+        #: The checkpoint step of the latest evaluation begun, or None before the first.
+        self.evaluated: Optional[int] = None
 
     def running(self) -> Optional[Tuple[float, Optional[int], int]]:
         """(start time, checkpoint step or None, batches read), or None between evaluations."""
@@ -58,6 +60,7 @@ class EvaluationHook(tf.compat.v1.train.SessionRunHook):
         step = None if self._global_step is None else int(session.run(self._global_step))
         with self._lock:
             self._running, self._batches = (self._clock(), step), 0
+            self.evaluated = step
 
     def after_run(self, run_context: object, run_values: object) -> None:
         self._batches += 1

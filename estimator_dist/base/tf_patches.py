@@ -76,6 +76,17 @@ internals these are.
    so, and reads the step again only when a save may be due; it saves at the
    same steps. Shown by `tests/estimator_dist/base/tf_patches_test.py`.
 
+8. **The evaluator's sleeps can end early** (`training.time`, the `time`
+   module as `tensorflow_estimator`'s training.py sees it). TensorFlow's
+   evaluator sleeps `EvalSpec.start_delay_secs` (120 s by default) before its
+   first evaluation and up to `throttle_secs` (600 s) after each one, even
+   when training has ended: a short job sat idle for minutes before, or
+   after, its final evaluation. Every `time.sleep` of that module goes
+   through `set_training_sleep`'s function when one is set (the evaluator's
+   watchdog sets one that ends once a checkpoint at or past the last step
+   exists); `time.time` and everything else are the `time` module's. Shown by
+   `tests/estimator_dist/last_step_test.py`.
+
 Example:
   >>> install()
   >>> installed()
@@ -85,7 +96,8 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Sequence, Tuple
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 from tensorflow.python.autograph.impl.api import autograph_artifact
@@ -94,6 +106,7 @@ from tensorflow.python.distribute import collective_all_reduce_strategy
 from tensorflow.python.distribute import values as value_lib
 from tensorflow.python.training import monitored_session
 from tensorflow_estimator.python.estimator import estimator as estimator_lib
+from tensorflow_estimator.python.estimator import training as training_lib
 
 _EXTENDED = collective_all_reduce_strategy.CollectiveAllReduceExtended
 _SAVER_HOOK = tf.compat.v1.train.CheckpointSaverHook
@@ -122,6 +135,7 @@ def install() -> None:
     _replace(multi_device_iterator_ops, "_create_device_dataset", _create_device_dataset)
     _replace(estimator_lib.Estimator, "_call_model_fn", _call_model_fn)
     _replace(_SAVER_HOOK, "__init__", _saver_hook_init)
+    _replace(training_lib, "time", _TrainingTime())
     # Unchanged until `stop_session_recovery()`; recorded so that uninstall restores it.
     _replace(monitored_session, "_PREEMPTION_ERRORS", monitored_session._PREEMPTION_ERRORS)
 
@@ -176,6 +190,11 @@ def set_gradient_transport(strategy: tf.distribute.Strategy, wire_dtype: str = "
             "gradient transport (the driver and the script runner call it at start-up)."
         )
     setattr(strategy.extended, _TRANSPORT, GradientTransport(wire_dtype))
+
+
+def set_training_sleep(sleep: Optional[Callable[[float], None]]) -> None:
+    """Makes the sleeps of TensorFlow's evaluator loop call `sleep` (patch 8); None: time.sleep."""
+    _TrainingTime.sleepers[:] = [sleep] if sleep is not None else []
 
 
 def stop_session_recovery() -> None:
@@ -280,3 +299,18 @@ def _initialize_strategy(extended: Any, cluster_resolver: Any, devices: Any) -> 
 def _saver_hook_init(hook: Any, *args: Any, **kwargs: Any) -> None:
     _original(_SAVER_HOOK, "__init__")(hook, *args, **kwargs)
     hook._set_steps_per_run(1)
+
+
+# --- 8: the evaluator's sleeps -------------------------------------------------------
+
+
+class _TrainingTime:
+    """The `time` module for training.py, whose `sleep` calls the one set, if any."""
+
+    sleepers: List[Callable[[float], None]] = []
+
+    def sleep(self, seconds: float) -> None:
+        (self.sleepers[-1] if self.sleepers else time.sleep)(seconds)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)

@@ -19,7 +19,8 @@ from tensorflow.python.training import monitored_session
 
 from estimator_dist import watchdog
 from estimator_dist.base import exit_codes, tf_patches
-from estimator_dist.watchdog import EvaluatorWatchdog, Watchdog, unreachable
+from estimator_dist.evaluator_watchdog import EvaluatorWatchdog
+from estimator_dist.watchdog import Watchdog, unreachable
 from tests.hooks import CountingHook
 from tests.task_models import linear_model_fn
 
@@ -568,11 +569,14 @@ def test_evaluator_watchdog_names_the_latest_checkpoint(tmp_path, refusing):
     (tmp_path / "model.ckpt-7.index").write_bytes(b"")
     exits = Exits()
     dog = EvaluatorWatchdog(
-        "evaluator-0", str(tmp_path), {"chief-0": refusing}, stall_timeout=0.2, exit_fn=exits
+        "evaluator-0", str(tmp_path), {"chief-0": refusing}, 0.2, last_step=10, exit_fn=exits
     )
+    dog.eval_hook().evaluated = 7  # It evaluated step 7 and waits for a newer checkpoint.
     wait_for_exit(dog, exits)
     assert exits.calls[0][1] == exit_codes.STALLED
     assert f"latest: {tmp_path / 'model.ckpt-7'}" in exits.calls[0][2]
+    assert "training has not reached its last step 10" in exits.calls[0][2]
+    assert "failed or was stopped before its last step" in exits.calls[0][2]
 
 
 def test_evaluator_watchdog_waits_while_the_chief_is_reachable(tmp_path, listening):
@@ -583,5 +587,24 @@ def test_evaluator_watchdog_waits_while_the_chief_is_reachable(tmp_path, listeni
     dog.start()
     try:
         assert not exits.event.wait(timeout=1.5), exits.calls
+    finally:
+        dog.stop()
+
+
+def test_evaluator_watchdog_never_judges_a_sleeping_evaluator_nor_one_past_the_last_step(
+    tmp_path, refusing
+):
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-10"\n')
+    (tmp_path / "model.ckpt-10.index").write_bytes(b"")
+    exits = Exits()
+    dog = EvaluatorWatchdog(
+        "evaluator-0", str(tmp_path), {"chief-0": refusing}, 0.2, last_step=10, exit_fn=exits
+    )
+    dog.start()
+    try:
+        # The final checkpoint exists and the chief is gone: the evaluator evaluates it, and
+        # exits as TensorFlow does; no stall however long no checkpoint comes.
+        assert not exits.event.wait(timeout=1.5), exits.calls
+        assert dog.finished()
     finally:
         dog.stop()
