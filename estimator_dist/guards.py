@@ -23,8 +23,9 @@ from absl import logging
 
 from estimator_dist.base.cluster import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig
 from estimator_dist.console import format_progress
+from estimator_dist.evaluator_watchdog import EvaluatorWatchdog
 from estimator_dist.preemption import Preemption
-from estimator_dist.watchdog import EvaluatorWatchdog, Watchdog
+from estimator_dist.watchdog import Watchdog
 from model_fns import learning_rates
 
 
@@ -102,11 +103,11 @@ def start_watchdog(
             stall_timeout,
             last_step,
             alone=True,
-            preempted=lambda: preemption.requested,
+            preempted=lambda: preemption.requested or preemption.stop_at is not None,
         )
     elif cluster.task_type == EVALUATOR:
         chief = {"chief-0": cluster.jobs[CHIEF][0]}
-        watchdog = EvaluatorWatchdog(cluster.role, model_dir, chief, stall_timeout)
+        watchdog = EvaluatorWatchdog(cluster.role, model_dir, chief, stall_timeout, last_step)
     elif cluster.task_type == PS:
         # Its only line for people until the job ends: it trains nothing, so logs no progress.
         logging.info(
@@ -128,7 +129,7 @@ def start_watchdog(
             # Collective training needs every worker at every step; with parameter
             # servers a worker may stop alone.
             None if cluster.num_ps else last_step,
-            preempted=lambda: preemption.requested,
+            preempted=lambda: preemption.requested or preemption.stop_at is not None,
         )
     watchdog.start()
     return watchdog

@@ -14,25 +14,20 @@ that step on its way out, and each task exits `PREEMPTED` (155, retryable):
 restarted, the job resumes from that step and loses none.
 
 Per training step the hook does one increment and one compare (no fetch, no
-clock, no lock): it reads the global step once, when its session starts, and
-counts session runs from there; the polling thread measures the speed.
-
-The signal is noticed by a thread (`signal.set_wakeup_fd`), so it is seen
-even while the main thread waits inside a collective; if the job cannot stop
-within `grace_secs` (a peer is gone), the task exits 155 anyway and the
-restart resumes from the latest periodic checkpoint. The evaluator exits at
-once. With parameter servers (no lockstep) the chief stops at the first step
-after the decision, saves, and marks the decision done; workers stop when
-they see the decision, and ps tasks wait for the chief's mark.
-
-A task ignores a decision older than the step its session started from, or
-made by another attempt's chief (each attempt's id comes from the rendezvous).
+clock, no lock); the polling thread measures the speed. The signal is noticed
+by a thread (`signal.set_wakeup_fd`), so it is seen even while the main thread
+waits inside a collective; if the job cannot stop within `grace_secs` (a peer
+is gone), the task exits 155 anyway. The evaluator exits at once. With
+parameter servers (no lockstep) the chief stops at the first step after the
+decision, saves, and marks the decision done; workers stop when they see it,
+ps tasks wait for the chief's mark. A task ignores a decision older than its
+session's start step, or made by another attempt's chief (rendezvous id).
+Early stopping (`request_stop`) stops the job the same way, and exits 0.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import signal
@@ -46,6 +41,7 @@ import tensorflow as tf
 from absl import logging
 
 from estimator_dist.base import exit_codes
+from estimator_dist.records import read_json, write_json
 from estimator_dist.watchdog import fail
 
 #: Directory of `model_dir` where requests and the decision are written.
@@ -60,23 +56,10 @@ MAX_LEAD_STEPS = 10_000
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: What a task does on a preemption, by its kind.
 KINDS = ("chief", "worker", "ps", "evaluator")
+#: Starts the reason of a stop that early stopping asked for (not a signal: no exit 155).
+EARLY_STOP = "early stopping"
 #: The training hook's step to stop at while there is no decision: never.
 _NEVER = sys.maxsize
-
-
-def _write_json(path: str, data: dict) -> None:
-    temporary = f"{path}.tmp-{os.getpid()}"
-    with tf.io.gfile.GFile(temporary, "w") as stream:
-        stream.write(json.dumps(data))
-    tf.io.gfile.rename(temporary, path, overwrite=True)
-
-
-def _read_json(path: str) -> Optional[dict]:
-    try:
-        with tf.io.gfile.GFile(path) as stream:
-            return json.loads(stream.read())
-    except (tf.errors.NotFoundError, ValueError):
-        return None
 
 
 class Preemption:
@@ -134,11 +117,19 @@ class Preemption:
         # The id the chief gave this attempt of the job (`joined`); None: accept any decision.
         self._attempt: Optional[str] = None
         self.stop_at: Optional[int] = None
+        #: Why the job stops at `stop_at`: a signal's name, or `EARLY_STOP` and what decided it.
+        self.reason: Optional[str] = None
 
     @property
     def requested(self) -> bool:
         """Whether this job is stopping for a preemption."""
-        return self.stop_at is not None or self._signalled_at is not None
+        stopping_early = self.reason is not None and self.reason.startswith(EARLY_STOP)
+        return self._signalled_at is not None or (self.stop_at is not None and not stopping_early)
+
+    def request_stop(self, step: int, reason: str) -> None:
+        """Asks to stop the job at one checkpointed step, as a signal does; tasks go on (exit 0)."""
+        request = {"role": self._role, "step": step, "signal": f"{EARLY_STOP}: {reason}"}
+        write_json(os.path.join(self._dir, f"request-{self._role}.json"), request)
 
     def install(self) -> None:
         """Catches SIGTERM and SIGINT and starts the thread that acts on them and on the files.
@@ -207,7 +198,7 @@ class Preemption:
             self._grace_secs,
         )
         request = {"role": self._role, "step": step, "signal": name}
-        _write_json(os.path.join(self._dir, f"request-{self._role}.json"), request)
+        write_json(os.path.join(self._dir, f"request-{self._role}.json"), request)
 
     def _poll(self) -> None:
         while not self._stop.wait(self._poll_secs):
@@ -246,9 +237,8 @@ class Preemption:
     def _measure_speed(self) -> None:
         """Updates the seconds per step from the step count (the polling thread's clock).
 
-        The first move after the session started is skipped, since the first
-        step also builds and warms up; a poll that saw no move keeps the
-        earlier sample, so that slow steps are timed whole.
+        The first move is skipped (the first step also warms up); a poll that
+        saw no move keeps the earlier sample, so that slow steps are timed whole.
         """
         now, step = time.monotonic(), self._step
         if step is None or step == self._start_step:
@@ -269,7 +259,7 @@ class Preemption:
 
     def _wait_for_save(self, signalled: Optional[float]) -> None:
         """A ps task leaves once the chief has saved, or the grace runs out."""
-        decision = _read_json(os.path.join(self._dir, DECISION_FILE))
+        decision = read_json(os.path.join(self._dir, DECISION_FILE))
         if signalled is not None and self._current(decision) and decision.get("done"):
             self._exit(
                 self._role,
@@ -279,12 +269,7 @@ class Preemption:
             )
 
     def joined(self, attempt: Optional[str]) -> None:
-        """Records the id the chief gave this attempt of the job at the rendezvous.
-
-        A decision of another attempt's chief is then ignored: a task restarted
-        before the new chief cleared the directory does not stop at a step the
-        previous attempt decided and perhaps never saved.
-        """
+        """Records this attempt's id: another attempt's decisions are then ignored."""
         self._attempt = attempt
 
     def _current(self, decision: Optional[dict]) -> bool:
@@ -292,8 +277,9 @@ class Preemption:
         return decision is not None and self._attempt in (None, decision.get("attempt"))
 
     def _read_decision(self, start: int) -> None:
-        decision = _read_json(os.path.join(self._dir, DECISION_FILE))
+        decision = read_json(os.path.join(self._dir, DECISION_FILE))
         if self._current(decision) and decision["stop_at"] > start:
+            self.reason = decision.get("reason")
             self._set_stop_at(decision["stop_at"])
             logging.warning(
                 "estimator_dist: task %s will stop at global step %d (preemption of %s).",
@@ -304,7 +290,7 @@ class Preemption:
 
     def _decide(self, start: int) -> None:
         requests = [
-            _read_json(os.path.join(self._dir, name))
+            read_json(os.path.join(self._dir, name))
             for name in tf.io.gfile.listdir(self._dir)
             if name.startswith("request-") and name.endswith(".json")
         ]
@@ -319,10 +305,12 @@ class Preemption:
         decision = {
             "stop_at": stop_at,
             "requested_by": current[0]["role"],
+            "reason": current[0].get("signal"),
             "done": False,
             "attempt": self._attempt,
         }
-        _write_json(os.path.join(self._dir, DECISION_FILE), decision)
+        write_json(os.path.join(self._dir, DECISION_FILE), decision)
+        self.reason = decision["reason"]
         self._set_stop_at(stop_at)
         logging.warning(
             "estimator_dist: preemption of %s: %s.",
@@ -364,7 +352,17 @@ class Preemption:
         return self._step >= self._stop_step
 
     def finished(self, failed: bool = False) -> None:
-        """After training ended (`failed`: with an error), exits `PREEMPTED` if one was asked."""
+        """After training ended (`failed`: with an error), exits `PREEMPTED` if one was asked.
+
+        After an early stop the task goes on; the chief marks the decision done.
+        """
+        if self.stop_at is not None and not self.requested and not failed:
+            if self._is_chief:
+                decision = read_json(os.path.join(self._dir, DECISION_FILE)) or {}
+                done = {**decision, "done": True, "saved_step": self.stop_at}
+                write_json(os.path.join(self._dir, DECISION_FILE), done)
+            logging.info("estimator_dist: %s stopped at global step %d.", self.reason, self.stop_at)
+            return
         if not self.requested:
             return
         step = self._step
@@ -375,9 +373,9 @@ class Preemption:
             saved = int(latest.rsplit("-", 1)[1]) if latest else None
             if failed or (saved is not None and not self._lockstep):
                 step = saved or 0
-            decision = _read_json(os.path.join(self._dir, DECISION_FILE)) or {}
+            decision = read_json(os.path.join(self._dir, DECISION_FILE)) or {}
             done = {**decision, "done": True, "saved_step": step}
-            _write_json(os.path.join(self._dir, DECISION_FILE), done)
+            write_json(os.path.join(self._dir, DECISION_FILE), done)
             where = f"at global step {step} with a checkpoint of that step"
             if failed:
                 where = f"but training failed first; the latest checkpoint is at global step {step}"

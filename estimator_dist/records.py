@@ -60,7 +60,7 @@ class MetricsExporter(tf.estimator.Exporter):
         eval_result: Mapping[str, Any],
         is_the_final_export: bool,
     ) -> str:
-        metrics = {key: _to_json_number(value) for key, value in eval_result.items()}
+        metrics = json_numbers(eval_result)
         record = {
             "metrics": metrics,
             "checkpoint": checkpoint_path,
@@ -70,6 +70,11 @@ class MetricsExporter(tf.estimator.Exporter):
         if is_the_final_export:
             self.final_metrics = metrics
         return self._path
+
+
+def json_numbers(metrics: Mapping[str, Any]) -> dict:
+    """An evaluation's dict with numpy numbers as Python numbers, for JSON."""
+    return {key: _to_json_number(value) for key, value in metrics.items()}
 
 
 def _to_json_number(value: Any) -> Any:
@@ -85,6 +90,15 @@ def write_json(path: str, data: Mapping[str, Any]) -> None:
     with tf.io.gfile.GFile(temporary, "w") as stream:
         stream.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     tf.io.gfile.rename(temporary, path, overwrite=True)
+
+
+def read_json(path: str) -> Optional[dict]:
+    """The JSON object at `path`, or None when there is none (yet) or it is not JSON."""
+    try:
+        with tf.io.gfile.GFile(path) as stream:
+            return json.loads(stream.read())
+    except (tf.errors.NotFoundError, ValueError):
+        return None
 
 
 def checkpoint_step(model_dir: str) -> int:

@@ -1,6 +1,7 @@
 """Run a whole legacy Estimator training script, unchanged, as one task of a job.
 
   python -m estimator_dist.script [--communication=RING] train.py --model_dir=/shared/run1
+  python -m estimator_dist.script --module=trainer.task [--package_path=DIR] -- --job-dir=DIR
 
 The script is one that builds its own Estimator and calls
 `tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)` itself.
@@ -9,6 +10,9 @@ task of a local cluster; a platform that writes TF_CONFIG itself (Kubeflow
 TFJob, Vertex AI, SageMaker) runs it as each task's command; with no
 TF_CONFIG it runs the script in this one process. The flags before the script's
 path are this module's; everything after it is the script's own arguments.
+With `--module`, the program is a module of a package, run as `python -m`
+runs it (`runpy.run_module`, `--package_path` first on `sys.path`, so
+relative imports work), and everything after `--` is its arguments.
 
 Before the script runs, TF_CONFIG is validated and normalised
 (`estimator_dist.base.cluster`: `master` becomes `chief`, an `evaluator` listed in
@@ -88,7 +92,8 @@ def run_script(config: ScriptConfig, cluster: ClusterConfig) -> int:
     """
     from estimator_dist.base import tf_patches
     from estimator_dist.guards import enter_task
-    from estimator_dist.script_task import ScriptTask, explained, shown
+    from estimator_dist.script_task import ScriptTask
+    from estimator_dist.script_user import explained, shown
     from estimator_dist.startup import Startup
 
     startup = Startup(cluster.role)
@@ -96,13 +101,19 @@ def run_script(config: ScriptConfig, cluster: ClusterConfig) -> int:
     enter_task(cluster)
     tf_patches.install()
     task = ScriptTask(config, cluster, startup)
+    # What `python train.py` or `python -m trainer.task` gives the program.
     sys.argv = [config.path, *config.args]
-    sys.path.insert(0, os.path.dirname(config.path))
+    sys.path.insert(0, config.package_path or os.path.dirname(config.path))
+    if config.module:
+        _check_not_shadowed(config.module, config.package_path)
     status = 0
     raised: Optional[BaseException] = None
     try:
         with task.installed():
-            runpy.run_path(config.path, run_name="__main__")
+            if config.module:
+                runpy.run_module(config.module, run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(config.path, run_name="__main__")
     except SystemExit as exit_:
         status = _exit_status(exit_)
     except KeyboardInterrupt:
@@ -113,6 +124,8 @@ def run_script(config: ScriptConfig, cluster: ClusterConfig) -> int:
     failure = task.failure or (raised and explained(raised, config.path))
     if failure is not None:
         raise failure
+    if status == 0:
+        task.loop.finish()
     if status == 0 and cluster.is_distributed and not task.calls:
         raise UserCodeError(
             NO_TRAIN_AND_EVALUATE.format(
@@ -120,6 +133,25 @@ def run_script(config: ScriptConfig, cluster: ClusterConfig) -> int:
             )
         )
     return status
+
+
+def _check_not_shadowed(module: str, package_path: Optional[str]) -> None:
+    """Refuses a module whose top-level package this process already imported from elsewhere.
+
+    Raises:
+      UsageError: naming both places; runpy would run the other package's module.
+    """
+    top = module.split(".")[0]
+    loaded = sys.modules.get(top)
+    if loaded is None:
+        return
+    where = list(getattr(loaded, "__path__", [])) or [getattr(loaded, "__file__", None) or top]
+    if not any(os.path.abspath(str(p)).startswith(str(package_path) + os.sep) for p in where):
+        raise UsageError(
+            f"--module={module}: the package {top} is already imported from {where[0]} by "
+            f"{PROGRAM} itself, so the one under --package_path={package_path} cannot be run; "
+            "expected a top-level package name of your own: rename the package."
+        )
 
 
 def _exit_status(exit_: SystemExit) -> int:
@@ -153,15 +185,18 @@ def _parse_flags(argv: Sequence[str]) -> List[str]:
 
 def main(argv: Sequence[str]) -> int:
     """Entry point: flags, the script and its arguments in; the script's exit status out."""
-    if len(argv) < 2:
+    if len(argv) < 2 and not _FLAGS.module:
         cli.usage_exit(
             PROGRAM,
             "no script given. Run `python -m estimator_dist.script [flags] train.py "
-            "[the script's arguments]`.",
+            "[the script's arguments]`, or `python -m estimator_dist.script [flags] "
+            "--module=trainer.task -- [the module's arguments]`.",
         )
     try:
         cluster = cluster_from_environment(os.environ)
-        config = config_from_flags(_FLAGS, argv[1], argv[2:])
+        # With --module, every argument left is the module's own.
+        path, args = (None, argv[1:]) if _FLAGS.module else (argv[1], argv[2:])
+        config = config_from_flags(_FLAGS, path, args)
     except UsageError as error:
         cli.usage_exit(PROGRAM, str(error))
     try:

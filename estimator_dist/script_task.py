@@ -16,29 +16,46 @@ import contextlib
 import functools
 import os
 import sys
-import sysconfig
 import time
 import traceback
-from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    Optional,
+    Tuple,
+    Union,
+)
 
 from absl import logging
 
-from estimator_dist.base import pitfalls
 from estimator_dist.base.cluster import CHIEF, WORKER, ClusterConfig
-from estimator_dist.base.errors import Error, UsageError, UserCodeError
+from estimator_dist.base.errors import Error, UsageError
 from estimator_dist.script_config import MAX_STEPS_MARKER, PROGRAM, ScriptConfig
+from estimator_dist.script_loop import LoopTask
+from estimator_dist.script_user import (
+    explained,
+    given_model_dir,
+    holders_of,
+    swap,
+    user_frame,
+)
 
 if TYPE_CHECKING:
+    from estimator_dist.evaluator_watchdog import EvaluatorWatchdog
     from estimator_dist.preemption import Preemption
     from estimator_dist.startup import Startup
-    from estimator_dist.watchdog import EvaluatorWatchdog, Watchdog
+    from estimator_dist.watchdog import Watchdog
 
 #: Why a multi-worker job needs `TrainSpec(max_steps=...)`.
 NO_MAX_STEPS = (
     "{where}the script's TrainSpec has no max_steps, so training on task {role} would run "
-    "until its input runs out: a worker whose input ends first leaves the others waiting "
-    "forever, and the evaluator waits for a last step that never comes. Make the training "
-    "input repeat (dataset.repeat()) and pass TrainSpec(input_fn, max_steps=N)."
+    "until its input runs out: with parameter servers each worker steps alone, so no task "
+    "can know the last step before training, and the evaluator would wait for one that never "
+    "comes. Make the training input repeat (dataset.repeat()) and pass "
+    "TrainSpec(input_fn, max_steps=N)."
 )
 
 #: A script that sets `model_dir` apart from the one the launcher was given.
@@ -49,80 +66,6 @@ MODEL_DIR_MISMATCH = (
     "or pass the script's directory as --model_dir. An Estimator given no model_dir makes "
     "a temporary one of its own on every task; every task must share one."
 )
-
-
-def _own_dirs() -> Tuple[str, ...]:
-    """The directories of this package's code."""
-    here = os.path.dirname(os.path.realpath(__file__))
-    return here, os.path.join(os.path.dirname(here), "run_config")
-
-
-def _is_users(filename: str) -> bool:
-    """Whether `filename` is user code: not Python's, not an installed package's, not ours."""
-    paths = sysconfig.get_paths()
-    others = tuple(os.path.realpath(p) for p in (paths["stdlib"], paths["purelib"]))
-    real = os.path.realpath(filename)
-    return not filename.startswith("<") and not real.startswith((*others, *_own_dirs()))
-
-
-def shown(path: str) -> str:
-    """`path` relative to the current directory when it is below it, else absolute."""
-    relative = os.path.relpath(path)
-    return path if relative.startswith(os.pardir) else relative
-
-
-def _where(frames: Sequence[traceback.FrameSummary]) -> str:
-    """`file:line: ` of the innermost frame of user code in `frames`, or ''."""
-    for frame in reversed(frames):
-        if _is_users(frame.filename):
-            return f"{shown(frame.filename)}:{frame.lineno}: "
-    return ""
-
-
-def user_code_error(error: BaseException, script: str) -> UserCodeError:
-    """Explains an exception that the script, its model_fn or its input_fn raised (exit 5).
-
-    Args:
-      error: The exception, with its traceback.
-      script: The script's path.
-    """
-    frames = traceback.extract_tb(error.__traceback__)
-    users = [frame for frame in frames if _is_users(frame.filename)]
-    where = f" in {users[-1].name}() at {_where(users).rstrip(': ')}" if users else ""
-    return UserCodeError(
-        f"the script {shown(script)} raised {type(error).__name__}: {error}{where}. "
-        "The traceback is in the log above. It would raise again on every task and after "
-        "every restart, so the job stops: fix the code and run again."
-    )
-
-
-def _swap(stack: contextlib.ExitStack, owner: Any, name: str, value: Any) -> None:
-    """Sets `owner.name` to `value` until `stack` closes."""
-    previous = getattr(owner, name)
-    setattr(owner, name, value)
-    stack.callback(setattr, owner, name, previous)
-
-
-def _holders_of(function: Callable) -> List[Any]:
-    """Every module object through which a script can reach `function` by its name.
-
-    `tf.estimator` and `tf.compat.v1.estimator` are lazy loaders that copy the
-    module's names into themselves when first used, so they are patched as
-    well as the modules behind them.
-    """
-    import tensorflow as tf
-
-    holders = [tf.estimator, tf.compat.v1.estimator, tf.compat.v2.estimator]
-    name = function.__name__
-    for holder in holders:
-        getattr(holder, name)  # Loads a lazy module, which copies its names in.
-    holders += [
-        module
-        for module_name, module in list(sys.modules.items())
-        if module_name.startswith("tensorflow") and getattr(module, name, None) is function
-    ]
-    unique = {id(holder): holder for holder in holders}
-    return [holder for holder in unique.values() if getattr(holder, name) is function]
 
 
 class ScriptTask:
@@ -141,9 +84,18 @@ class ScriptTask:
         self._inside = 0
         # The id the chief gave this attempt at the rendezvous, for the preemption decisions.
         self._attempt: Optional[str] = None
+        self._joined = False
+        self._values: Dict[str, Any] = {}
+        # The strategies this task gave estimators, by id of the training strategy.
+        self._distributions: Dict[int, Any] = {}
         self.calls = 0
         #: The first failure a wrapper raised, which wins even if the script catches it.
         self.failure: Optional[BaseException] = None
+        #: The step the last training call stopped at when a decision ended it early.
+        self.last_step_reached: Optional[int] = None
+        self.loop = LoopTask(self, cluster, config.stall_timeout)
+        #: TensorFlow's own train_and_evaluate, while `installed()` replaces it.
+        self.original_train_and_evaluate: Optional[Callable] = None
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -152,32 +104,98 @@ class ScriptTask:
         from tensorflow_estimator.python.estimator import training
 
         original = training.train_and_evaluate
+        self.original_train_and_evaluate = original
+        init = estimator_lib.Estimator.__init__
 
         @functools.wraps(original)
         def train_and_evaluate(estimator: Any, train_spec: Any, eval_spec: Any) -> Any:
             return self.train_and_evaluate(original, estimator, train_spec, eval_spec)
 
         with contextlib.ExitStack() as stack:
-            for holder in _holders_of(original):
-                _swap(stack, holder, "train_and_evaluate", train_and_evaluate)
-            for method in ("train", "evaluate"):
-                guarded = self._guard(method, getattr(estimator_lib.Estimator, method))
-                _swap(stack, estimator_lib.Estimator, method, guarded)
+            for holder in holders_of(original):
+                swap(stack, holder, "train_and_evaluate", train_and_evaluate)
+            for method, looped in (
+                ("train", self.loop.train),
+                ("evaluate", self.loop.evaluate),
+                ("export_saved_model", self.loop.export),
+            ):
+                guarded = self._guard(getattr(estimator_lib.Estimator, method), looped)
+                swap(stack, estimator_lib.Estimator, method, guarded)
+            given = given_model_dir(init, self._config.model_dir)
+            swap(stack, estimator_lib.Estimator, "__init__", given)
             yield
 
-    def _guard(self, method: str, call: Callable) -> Callable:
-        """Wraps `Estimator.<method>` to fail at once on a cluster outside train_and_evaluate."""
+    def _guard(self, call: Callable, looped: Callable) -> Callable:
+        """An `Estimator` method that `looped` runs on a cluster, outside train_and_evaluate."""
 
         @functools.wraps(call)
         def guarded(estimator: Any, *args: Any, **kwargs: Any) -> Any:
             if self._inside or not self._cluster.is_distributed:
                 return call(estimator, *args, **kwargs)
-            where = _where(traceback.extract_stack()[:-1])
-            error = UsageError(pitfalls.ESTIMATOR_TRAIN.format(where=where, method=method))
-            self.failure = self.failure or error
-            raise error
+            try:
+                return looped(call, estimator, *args, **kwargs)
+            except Error as error:
+                self.failure = self.failure or error
+                raise
 
         return guarded
+
+    @property
+    def config(self) -> ScriptConfig:
+        """The program and the task's settings."""
+        return self._config
+
+    @property
+    def attempt(self) -> Optional[str]:
+        """The id the chief gave this attempt at the rendezvous (None before, or alone)."""
+        return self._attempt
+
+    def where_in_program(self) -> str:
+        """`file:line: ` of the program's innermost frame on the current stack, or ''."""
+        return user_frame(traceback.extract_stack())
+
+    def model_dir_of(self, estimator: Any) -> str:
+        """The estimator's model_dir (absolute when local), checked against --model_dir."""
+        model_dir = estimator.model_dir
+        if "://" not in model_dir:
+            model_dir = os.path.abspath(model_dir)
+        if self._config.model_dir is not None and model_dir != self._config.model_dir:
+            raise UsageError(
+                MODEL_DIR_MISMATCH.format(
+                    actual=model_dir, expected=self._config.model_dir, program=PROGRAM
+                )
+            )
+        return model_dir
+
+    def join(
+        self, estimator: Any, model_dir: str, view: Dict[str, Any], value: Any = None
+    ) -> Dict[str, Any]:
+        """Meets the other tasks once per process, before TensorFlow starts its servers.
+
+        Later calls do nothing: the first call's servers hold the ports.
+
+        Returns:
+          Every training task's `value` by role (`estimator_dist.rendezvous.exchange`).
+        """
+        import tensorflow as tf
+
+        from estimator_dist.rendezvous import exchange
+
+        if self._joined:
+            return {}  # Only the first call's values were exchanged.
+        config = self._config
+        full = {
+            "cluster": {name: list(ports) for name, ports in self._cluster.jobs.items()},
+            "model_dir": model_dir,
+            "script": os.path.basename(config.path),
+            "script_args": list(config.args),
+            "tensorflow": tf.__version__,
+            **view,
+        }
+        self._attempt, self._values = exchange(self._cluster, full, config.startup_timeout, value)
+        self._joined = True
+        self._startup.mark("rendezvous")
+        return self._values
 
     def train_and_evaluate(
         self, original: Callable, estimator: Any, train_spec: Any, eval_spec: Any
@@ -206,12 +224,14 @@ class ScriptTask:
     def _run(self, original: Callable, estimator: Any, train_spec: Any, eval_spec: Any) -> Any:
         import tensorflow as tf
 
-        from estimator_dist import diagnose, records
+        from estimator_dist import diagnose, early_stopping, last_step, records
         from estimator_dist.base.errors import DataError
         from estimator_dist.guards import start_preemption, start_watchdog
 
         self._startup.mark("script")
         model_dir, max_steps = self._prepare(estimator, train_spec)
+        if max_steps != train_spec.max_steps:  # Decided from the training inputs.
+            train_spec = train_spec._replace(max_steps=max_steps)
         cluster, config = self._cluster, self._config
         preemption = start_preemption(
             cluster, model_dir, config.preemption_checkpoint, config.preemption_grace_secs
@@ -233,6 +253,9 @@ class ScriptTask:
             started = time.monotonic()
             try:
                 result = original(estimator, train_spec, eval_spec)
+            except early_stopping.StoppedEarly as stopped:
+                logging.info("estimator_dist: the evaluator ends: it %s.", stopped)
+                result = None
             except tf.errors.OpError as error:
                 step = getattr(watchdog, "step", None)
                 explained = diagnose.explain_training_error(
@@ -256,65 +279,78 @@ class ScriptTask:
                 if watchdog is not None:
                     watchdog.stop()
             preemption.finished()
+            self.last_step_reached = preemption.stop_at
+            if preemption.stop_at is not None:
+                self._stopped_early(model_dir, preemption)
         finally:
             preemption.uninstall()
-        if exporter.final_metrics is None and isinstance(result, tuple) and result[0]:
-            # One process that trained until its input ran out (no max_steps): its last
-            # evaluation is the final one, though Estimator could not know it.
-            latest = tf.train.latest_checkpoint(model_dir)
-            exporter.export(estimator, "", latest, result[0], is_the_final_export=True)
+        if not cluster.is_distributed:
+            last_step.finish_alone(estimator, exporter, result, model_dir, max_steps)
         return result
 
     def _prepare(self, estimator: Any, train_spec: Any) -> Tuple[str, Optional[int]]:
         """Checks the call, distributes the estimator, meets the cluster, writes the record.
 
         Returns:
-          The estimator's model_dir (absolute when local) and the TrainSpec's max_steps.
+          The estimator's model_dir (absolute when local) and the last step: the
+          TrainSpec's max_steps, or on a cluster the one `estimator_dist.last_step`
+          decided from the training inputs.
         """
         import tensorflow as tf
 
-        from estimator_dist import records, script_strategy
-        from estimator_dist.rendezvous import rendezvous
+        from estimator_dist import last_step, records, script_strategy
 
         cluster, config = self._cluster, self._config
         max_steps = train_spec.max_steps
-        if cluster.is_distributed and cluster.task_type in (CHIEF, WORKER) and max_steps is None:
-            where = _where(traceback.extract_stack())
+        training = cluster.is_distributed and cluster.task_type in (CHIEF, WORKER)
+        if training and max_steps is None and cluster.num_ps:
+            where = user_frame(traceback.extract_stack())
             raise UsageError(NO_MAX_STEPS.format(where=where, role=cluster.role))
-        model_dir = estimator.model_dir
-        if "://" not in model_dir:
-            model_dir = os.path.abspath(model_dir)
-        if config.model_dir is not None and model_dir != config.model_dir:
-            raise UsageError(
-                MODEL_DIR_MISMATCH.format(
-                    actual=model_dir, expected=config.model_dir, program=PROGRAM
-                )
-            )
-        print(
-            f"{MAX_STEPS_MARKER}{max_steps} in model_dir {model_dir} (task {cluster.role})",
-            flush=True,
-        )
-        distribution = script_strategy.distribute(estimator, cluster, config)
+        model_dir = self.model_dir_of(estimator)
+        # A later call with the same estimator (a train() loop) keeps the strategy it was given.
+        distribution = self._distributions.get(id(estimator._config.train_distribute))
+        if distribution is None:
+            distribution = script_strategy.distribute(estimator, cluster, config)
+            self._distributions[id(distribution.train)] = distribution
         self._startup.mark("strategies")
         view = {
-            "cluster": {name: list(addresses) for name, addresses in cluster.jobs.items()},
-            "model_dir": model_dir,
             "max_steps": max_steps,
             "strategy": distribution.name,
             "communication": distribution.communication,
-            "script": os.path.basename(config.path),
-            "script_args": list(config.args),
-            "tensorflow": tf.__version__,
         }
-        self._attempt = rendezvous(cluster, view, config.startup_timeout)
-        self._startup.mark("rendezvous")
+        count = last_step.count_for_task(
+            cluster, estimator, train_spec.input_fn, max_steps, config.startup_timeout
+        )
+        counts = self.join(estimator, model_dir, view, count)
         tf.io.gfile.makedirs(model_dir)
+        last, decision = last_step.decide_for_task(
+            cluster, model_dir, counts, max_steps, config.startup_timeout, self._attempt
+        )
+        print(f"{MAX_STEPS_MARKER}{last} in model_dir {model_dir} (task {cluster.role})")
+        sys.stdout.flush()
         if cluster.is_chief:
-            records.write_json(
-                os.path.join(model_dir, records.RUN_RECORD_FILE),
-                script_strategy.run_record(distribution, cluster, config, model_dir, max_steps),
-            )
-        return model_dir, max_steps
+            record = script_strategy.run_record(distribution, cluster, config, model_dir, max_steps)
+            record["last_step"] = decision  # How the last step was found, on a cluster.
+            records.write_json(os.path.join(model_dir, records.RUN_RECORD_FILE), record)
+        return model_dir, last
+
+    def _stopped_early(self, model_dir: str, preemption: Preemption) -> None:
+        """After early stopping, the chief records the step and why, for the evaluator and users."""
+        from estimator_dist import last_step, records
+
+        step, reason = preemption.stop_at, preemption.reason
+        logging.info("estimator_dist: training ended at global step %d: %s.", step, reason)
+        role = self._cluster.role
+        print(f"{MAX_STEPS_MARKER}{step} in model_dir {model_dir} (task {role}; {reason})")
+        sys.stdout.flush()
+        if not self._cluster.is_chief:
+            return
+        decision = last_step.read_decision(model_dir) or {}
+        last_step.write_decision(model_dir, {**decision, "last_step": step, "how": reason})
+        path = os.path.join(model_dir, records.RUN_RECORD_FILE)
+        record = records.read_json(path) or {}
+        record["stopped_early"] = {"step": step, "reason": reason}
+        records.write_json(path, record)
 
     def _specs(
         self,
@@ -328,12 +364,15 @@ class ScriptTask:
         """The script's TrainSpec and EvalSpec with this task's hooks, input wrappers, exporter."""
         import tensorflow as tf
 
+        from estimator_dist import early_stopping
         from estimator_dist.user_code import bind_input_fn
         from estimator_dist.watchdog import Watchdog
 
         config = self._config
         params = estimator.params
-        train_hooks = [*train_spec.hooks, self._startup.hook(), *preemption.hooks()]
+        channel = preemption if config.preemption_checkpoint else None
+        own_hooks = early_stopping.agreed(list(train_spec.hooks), channel, self._cluster.is_chief)
+        train_hooks = [*own_hooks, self._startup.hook(), *preemption.hooks()]
         eval_hooks = list(eval_spec.hooks)
         if watchdog is not None:
             eval_hooks.append(watchdog.eval_hook())
@@ -350,7 +389,11 @@ class ScriptTask:
             steps=eval_spec.steps,
             name=eval_spec.name,
             hooks=eval_hooks,
-            exporters=[*eval_spec.exporters, exporter],
+            exporters=[
+                *eval_spec.exporters,
+                exporter,
+                early_stopping.FinalEvaluationExporter(self.model_dir_of(estimator)),
+            ],
             start_delay_secs=_override(config.eval_start_delay_secs, eval_spec.start_delay_secs),
             throttle_secs=_override(config.eval_throttle_secs, eval_spec.throttle_secs),
         )
@@ -359,19 +402,3 @@ class ScriptTask:
 
 def _override(value: Optional[int], default: int) -> int:
     return default if value is None else value
-
-
-def explained(error: BaseException, script: str) -> BaseException:
-    """What a failure ends the task with; the traceback of user code is printed first.
-
-    An exception raised by this package's own code (its innermost frame is
-    ours) is not the user's: it stays as it is, and ends the task with exit 1.
-    """
-    import tensorflow as tf
-
-    frames = traceback.extract_tb(error.__traceback__)
-    ours = bool(frames) and os.path.realpath(frames[-1].filename).startswith(_own_dirs())
-    if isinstance(error, (Error, tf.errors.OpError)) or ours:
-        return error
-    traceback.print_exception(type(error), error, error.__traceback__)
-    return user_code_error(error, script)

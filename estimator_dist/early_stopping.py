@@ -1,0 +1,158 @@
+"""Early stopping that stops every task at one checkpointed step.
+
+`tf.estimator.experimental.stop_if_no_decrease_hook` and its siblings build,
+through `make_early_stopping_hook`, a hook that only fits one process: on
+the chief `_StopOnPredicateHook` ends the chief's own session when its
+predicate (a metric in the evaluator's event files) says so, and the workers'
+`_CheckForStoppingHook` reads a variable the chief sets on its own replica
+only. Under MultiWorkerMirroredStrategy the chief leaves and the workers wait
+in their collectives forever. (With a strategy already in the RunConfig,
+TensorFlow 2.15 builds `_MultiWorkerEarlyStoppingHook` instead, and refuses
+its default `run_every_secs`.)
+
+`agreed` replaces these hooks: on the chief an `AgreedStopHook` asks the same
+predicate at the same interval, and when it says stop, asks for a stop through
+the preemption channel (`estimator_dist.preemption`): the chief picks a step
+a little ahead, every task stops after it, the chief checkpoints it, and all
+go on with exit 0. The other tasks' early-stopping hooks are dropped: the
+preemption hook stops them.
+
+>>> agreed([], None, is_chief=True)
+[]
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, List, Optional
+
+import tensorflow as tf
+from absl import logging
+from tensorflow_estimator.python.estimator import early_stopping
+
+from estimator_dist.preemption import EARLY_STOP, Preemption
+
+_DECIDING = (early_stopping._StopOnPredicateHook, early_stopping._MultiWorkerEarlyStoppingHook)
+_FOLLOWING = (early_stopping._CheckForStoppingHook,)
+
+
+def is_early_stopping(hook: Any) -> bool:
+    """Whether `hook` is one of the hooks `make_early_stopping_hook` builds."""
+    return isinstance(hook, _DECIDING + _FOLLOWING)
+
+
+def _name(should_stop: Callable[[], bool]) -> str:
+    return getattr(should_stop, "__qualname__", repr(should_stop)).replace(".<locals>", "")
+
+
+class AgreedStopHook(tf.compat.v1.train.SessionRunHook):
+    """Asks `should_stop` at the early-stopping hook's interval; stops the job through `preemption`.
+
+    Args:
+      should_stop: The predicate of the replaced hook.
+      timer: Its `SecondOrStepTimer`.
+      preemption: The task's preemption channel, whose chief decides the stop step.
+    """
+
+    def __init__(self, should_stop: Callable[[], bool], timer: Any, preemption: Preemption) -> None:
+        self._should_stop = should_stop
+        self._timer = timer
+        self._preemption = preemption
+        self._global_step: Optional[tf.Tensor] = None
+        self.requested_at: Optional[int] = None
+
+    def begin(self) -> None:
+        self._global_step = tf.compat.v1.train.get_global_step()
+
+    def before_run(self, run_context: Any) -> Any:
+        return tf.compat.v1.train.SessionRunArgs(self._global_step)
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        step = int(run_values.results)
+        if self.requested_at is not None or not self._timer.should_trigger_for_step(step):
+            return
+        self._timer.update_last_triggered_step(step)
+        if self._should_stop():
+            self.requested_at = step
+            reason = _name(self._should_stop)
+            logging.info(
+                "estimator_dist: %s asks to stop at global step %d; every task stops at one "
+                "step a little ahead, which the chief checkpoints.",
+                reason,
+                step,
+            )
+            self._preemption.request_stop(step, reason)
+
+
+def agreed(hooks: List[Any], preemption: Optional[Preemption], is_chief: bool) -> List[Any]:
+    """`hooks` with TensorFlow's early-stopping hooks replaced by ones every task follows.
+
+    Args:
+      hooks: A TrainSpec's hooks.
+      preemption: The task's preemption channel; None (preemption off)
+        keeps the hooks as they are, with a warning.
+      is_chief: The chief (or a single process) decides; other tasks drop the hooks.
+    """
+    found = [hook for hook in hooks if is_early_stopping(hook)]
+    if not found:
+        return list(hooks)
+    if preemption is None:
+        logging.warning(
+            "estimator_dist: early-stopping hooks kept as they are, since "
+            "--nopreemption_checkpoint turned off the channel that stops every task at one "
+            "step: on a cluster the chief alone would stop."
+        )
+        return list(hooks)
+    replaced = []
+    for hook in hooks:
+        if not is_early_stopping(hook):
+            replaced.append(hook)
+        elif is_chief and isinstance(hook, _DECIDING):
+            replaced.append(AgreedStopHook(hook._should_stop_fn, hook._timer, preemption))
+    return replaced
+
+
+class StoppedEarly(Exception):
+    """The evaluator evaluated the step at which early stopping ended training."""
+
+
+class FinalEvaluationExporter(tf.estimator.Exporter):
+    """On the evaluator: ends its loop once it evaluated the step early stopping chose.
+
+    TensorFlow's evaluator waits for a checkpoint at `max_steps`, which never
+    comes after an early stop. The chief writes the step it stopped at to
+    `model_dir/last_step.json`; after each evaluation this exporter (the last
+    of the EvalSpec's) marks `eval_metrics.json` final and raises
+    `StoppedEarly` once the evaluated step reaches it.
+    """
+
+    def __init__(self, model_dir: str) -> None:
+        self._model_dir = model_dir
+
+    @property
+    def name(self) -> str:
+        return "final_after_early_stop"
+
+    def export(
+        self,
+        estimator: Any,
+        export_path: str,
+        checkpoint_path: str,
+        eval_result: Any,
+        is_the_final_export: bool,
+    ) -> str:
+        from estimator_dist import last_step, records
+
+        decision = last_step.read_decision(self._model_dir) or {}
+        early = str(decision.get("how", "")).startswith(EARLY_STOP)
+        if is_the_final_export or not early:
+            return ""
+        if int(eval_result["global_step"]) < int(decision["last_step"]):
+            return ""
+        path = os.path.join(self._model_dir, records.METRICS_FILE)
+        record = records.read_json(path) or {}
+        records.write_json(path, {**record, "final": True})
+        raise StoppedEarly(
+            f"evaluated global step {eval_result['global_step']}, where {decision['how']} "
+            "ended training"
+        )

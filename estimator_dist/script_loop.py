@@ -1,0 +1,311 @@
+"""A legacy program's `train()` / `evaluate()` / `export_saved_model()` loop on a cluster.
+
+Many Estimator programs train in cycles instead of calling
+`train_and_evaluate`::
+
+    for _ in range(cycles):
+        estimator.train(train_input_fn, steps=1000)
+        results = estimator.evaluate(eval_input_fn)
+        if results["accuracy"] > 0.95:
+            break
+    estimator.export_saved_model(export_dir, serving_input_receiver_fn)
+
+On a task of a cluster TensorFlow refuses `train()` and `evaluate()` ("Only
+`STANDALONE_CLIENT` mode is supported"). Every task runs the same program, so
+each task makes the same calls in the same order; `LoopTask` turns each into
+what a cluster can do:
+
+* `train()` on the chief and the workers is one synchronised training segment:
+  TensorFlow's `train_and_evaluate` (through `ScriptTask`, with its strategy,
+  watchdog and preemption checkpoint) to `TrainSpec(max_steps=target)`, where
+  every task computes the same target: `max_steps`, or the end of the previous
+  segment (the latest checkpoint's step at the first call) plus `steps`. The
+  first call's rendezvous checks that the tasks agree on it.
+* `evaluate()` is computed once, by the chief, on the checkpoint its segment
+  ended with, in a local session; the result reaches the other tasks through
+  `model_dir/loop/<attempt>/evaluate-<n>.json`, so every task returns the same
+  dict (same keys, values and numpy types) and takes the same branch.
+* `export_saved_model()` writes once, on the chief; the others return its path.
+* The evaluator task has no part in such a program: it ends (exit 0) at the
+  program's first call, saying so.
+
+A worker waiting for the chief's result fails with exit 150 (retryable) when the
+chief's port stops answering for `stall_timeout` seconds; the whole job then
+restarts from the latest checkpoint. In one process (no cluster) the calls run
+as plain Estimator runs them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import time
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from estimator_dist import records
+from estimator_dist.base.cluster import CHIEF, EVALUATOR, WORKER, ClusterConfig
+from estimator_dist.base.errors import PeerFailureError, UsageError
+
+if TYPE_CHECKING:
+    from estimator_dist.script_task import ScriptTask
+
+#: Directory of `model_dir` where the chief leaves each call's result for the other tasks.
+LOOP_DIR = "loop"
+#: Seconds between two looks for the chief's result.
+_POLL_SECS = 0.2
+
+#: `train()` until the input ends, over an input that never ends.
+NO_STEPS = (
+    "{where}estimator.train() is called without steps or max_steps, and the training input "
+    "of task {role} never ends (or could not be counted in time): on a cluster every worker "
+    "must know the step it stops at. Pass steps=N (or max_steps=N) to train(), or make the "
+    "input end (dataset.repeat(EPOCHS), numpy_input_fn(num_epochs=EPOCHS))."
+)
+
+#: What the evaluator says when it leaves a train()/evaluate() program.
+EVALUATOR_LEAVES = (
+    "estimator_dist: this program trains with estimator.{method}() calls, not "
+    "train_and_evaluate: the chief computes each evaluate() on the checkpoint of its "
+    "training segment and every task gets the same result, so the evaluator task has "
+    "nothing to do and ends here (exit 0)."
+)
+
+
+def encode_metrics(metrics: Mapping[str, Any]) -> Dict[str, dict]:
+    """A JSON form of an evaluation's dict that `decode_metrics` turns back, types included.
+
+    >>> decode_metrics(encode_metrics({"loss": np.float32(0.5), "global_step": np.int64(3)}))
+    {'loss': 0.5, 'global_step': 3}
+    """
+    encoded = {}
+    for name, value in metrics.items():
+        array = np.asarray(value)
+        encoded[name] = {"dtype": array.dtype.str, "value": array.tolist()}
+    return encoded
+
+
+def decode_metrics(encoded: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
+    """The dict `encode_metrics` encoded: numpy scalars and arrays of the same dtypes."""
+    return {
+        name: np.asarray(entry["value"], dtype=np.dtype(entry["dtype"]))[()]
+        for name, entry in encoded.items()
+    }
+
+
+def _local_copy(estimator: Any) -> Any:
+    """A copy of `estimator` that evaluates in a local session, outside the cluster."""
+    local = copy.deepcopy(estimator)
+    config = local._config
+    config._distribute_coordinator_mode = None
+    config._train_distribute = config._eval_distribute = None
+    config._cluster_spec = tf.train.ClusterSpec({})
+    config._task_type, config._task_id = None, 0
+    config._master = config._evaluation_master = ""
+    config._num_worker_replicas, config._num_ps_replicas = 1, 0
+    local._train_distribution = local._eval_distribution = None
+    local._device_fn = None
+    return local
+
+
+class LoopTask:
+    """What `Estimator.train`/`evaluate`/`export_saved_model` do on one task of a cluster.
+
+    Args:
+      task: The task's `ScriptTask`, which runs each training segment and
+        holds the attempt id of the rendezvous.
+      cluster: This task's normalised cluster configuration.
+      stall_timeout: Seconds a waiting task lets the chief's port stay silent.
+    """
+
+    def __init__(self, task: ScriptTask, cluster: ClusterConfig, stall_timeout: float) -> None:
+        self._task = task
+        self._cluster = cluster
+        self._stall_timeout = stall_timeout
+        self._calls = {"train": 0, "evaluate": 0, "export": 0}
+        # The global step the last segment ended at; None before the first call.
+        self._step: Optional[int] = None
+        self._model_dir: Optional[str] = None
+        self.evaluated = False
+
+    def _enter(self, estimator: Any, method: str) -> str:
+        """Joins the cluster at the program's first call; returns the results directory."""
+        if self._cluster.task_type == EVALUATOR:
+            self._task.calls += 1
+            print(EVALUATOR_LEAVES.format(method=method), flush=True)
+            raise SystemExit(0)
+        if self._model_dir is None:
+            self._model_dir = self._task.model_dir_of(estimator)
+            self._step = records.checkpoint_step(self._model_dir)
+        self._task.join(estimator, self._model_dir, {"loop_start_step": self._step})
+        results = os.path.join(self._model_dir, LOOP_DIR, str(self._task.attempt))
+        tf.io.gfile.makedirs(results)
+        return results
+
+    def train(
+        self,
+        original: Callable,
+        estimator: Any,
+        input_fn: Callable,
+        hooks: Any = None,
+        steps: Optional[int] = None,
+        max_steps: Optional[int] = None,
+        saving_listeners: Any = None,
+    ) -> Any:
+        """One synchronised training segment on every training task; returns `estimator`."""
+        results = self._enter(estimator, "train")
+        if steps is not None and steps <= 0:
+            raise UsageError(f"estimator.train(steps={steps}): steps must be positive.")
+        self._calls["train"] += 1
+        if steps is None and max_steps is None:
+            target = self._step + self._agreed_batches(estimator, input_fn, results)
+        else:
+            target = max_steps if max_steps is not None else self._step + steps
+        if target <= self._step:
+            logging.info(
+                "estimator_dist: skipping training: max_steps=%d, the model is at step %d.",
+                target,
+                self._step,
+            )
+            return estimator
+        logging.info(
+            "estimator_dist: training segment from global step %d to %d on every task.",
+            self._step,
+            target,
+        )
+        train_spec = tf.estimator.TrainSpec(
+            input_fn, max_steps=target, hooks=hooks or (), saving_listeners=saving_listeners or ()
+        )
+        # No evaluation runs on a training task of a cluster: the spec is never read.
+        eval_spec = tf.estimator.EvalSpec(input_fn, steps=1, start_delay_secs=0, throttle_secs=0)
+        del (
+            original
+        )  # Estimator.train, which refuses a cluster: TensorFlow's train_and_evaluate runs.
+        self._task.train_and_evaluate(
+            self._task.original_train_and_evaluate, estimator, train_spec, eval_spec
+        )
+        self._step = self._task.last_step_reached or target
+        return estimator
+
+    def _agreed_batches(self, estimator: Any, input_fn: Callable, results: str) -> int:
+        """The fewest batches any training task's input yields: `train()` until the input ends.
+
+        Each training task counts its own input (`estimator_dist.last_step`)
+        and leaves the count beside the chief's results; every task reads all.
+        """
+        from estimator_dist import last_step
+
+        config = self._task.config
+        count = last_step.count_for_task(
+            self._cluster, estimator, input_fn, None, config.startup_timeout
+        )
+        if count is None or count["batches"] is None:
+            raise UsageError(
+                NO_STEPS.format(where=self._task.where_in_program(), role=self._cluster.role)
+            )
+        segment = self._calls["train"]
+        role = self._cluster.role
+        records.write_json(os.path.join(results, f"count-{segment}-{role}.json"), count)
+        roles = [f"{CHIEF}-0"] + [f"{WORKER}-{i}" for i in range(len(self._cluster.jobs[WORKER]))]
+        counts = {
+            other: self._wait_for(os.path.join(results, f"count-{segment}-{other}.json"), "count")
+            for other in roles
+        }
+        unending = sorted(other for other, value in counts.items() if value["batches"] is None)
+        if unending:
+            raise UsageError(NO_STEPS.format(where=self._task.where_in_program(), role=unending[0]))
+        fewest = min(value["batches"] for value in counts.values())
+        logging.info(
+            "estimator_dist: train() until the input ends: %d steps on every task (%s).",
+            fewest,
+            ", ".join(f"{other} {value['batches']}" for other, value in sorted(counts.items())),
+        )
+        return fewest
+
+    def evaluate(
+        self,
+        original: Callable,
+        estimator: Any,
+        input_fn: Callable,
+        steps: Optional[int] = None,
+        hooks: Any = None,
+        checkpoint_path: Optional[str] = None,
+        name: Optional[str] = None,
+    ) -> Dict[str, Any]:
+        """The chief evaluates; every task returns the chief's result."""
+        results = self._enter(estimator, "evaluate")
+        self._calls["evaluate"] += 1
+        path = os.path.join(results, f"evaluate-{self._calls['evaluate']}.json")
+        if self._cluster.task_type == CHIEF:
+            local = _local_copy(estimator)
+            checkpoint = checkpoint_path or tf.train.latest_checkpoint(self._model_dir)
+            metrics = original(local, input_fn, steps, hooks, checkpoint, name)
+            encoded = encode_metrics(metrics)
+            records.write_json(path, {"metrics": encoded, "checkpoint": checkpoint})
+            records.write_json(
+                os.path.join(self._model_dir, records.METRICS_FILE),
+                {
+                    "metrics": records.json_numbers(metrics),
+                    "checkpoint": checkpoint,
+                    "final": False,
+                },
+            )
+            self.evaluated = True
+            return decode_metrics(encoded)
+        return decode_metrics(self._wait_for(path, "evaluation")["metrics"])
+
+    def export(self, original: Callable, estimator: Any, *args: Any, **kwargs: Any) -> Any:
+        """The chief exports; every task returns the path of the chief's export."""
+        results = self._enter(estimator, "export_saved_model")
+        self._calls["export"] += 1
+        path = os.path.join(results, f"export-{self._calls['export']}.json")
+        if self._cluster.task_type == CHIEF:
+            exported = original(estimator, *args, **kwargs)
+            shown = exported.decode() if isinstance(exported, bytes) else str(exported)
+            records.write_json(path, {"path": shown})
+            return exported
+        shown = self._wait_for(path, "export")["path"]
+        return shown.encode()
+
+    def _wait_for(self, path: str, what: str) -> dict:
+        """Reads the chief's result at `path` once written; fails if the chief is gone."""
+        from estimator_dist.watchdog import unreachable
+
+        chief = {CHIEF: self._cluster.jobs[CHIEF][0]}
+        silent_since: Optional[float] = None
+        last_probe = time.monotonic()
+        while True:
+            with contextlib.suppress(tf.errors.NotFoundError, ValueError):
+                with tf.io.gfile.GFile(path) as stream:
+                    return json.loads(stream.read())
+            now = time.monotonic()
+            if now - last_probe >= 1.0:
+                last_probe = now
+                if not unreachable(chief):
+                    silent_since = None
+                elif silent_since is None:
+                    silent_since = now
+                elif now - silent_since > self._stall_timeout:
+                    raise PeerFailureError(
+                        f"task {self._cluster.role} waited for the chief's {what} ({path}), "
+                        f"and the chief ({chief[CHIEF]}) has not answered for "
+                        f"{self._stall_timeout:g} s: it is gone. The job restarts from the "
+                        "latest checkpoint."
+                    )
+            time.sleep(_POLL_SECS)
+
+    def finish(self) -> None:
+        """Marks the chief's last evaluation as the job's final one."""
+        if self._cluster.task_type != CHIEF or not self.evaluated:
+            return
+        path = os.path.join(self._model_dir, records.METRICS_FILE)
+        with tf.io.gfile.GFile(path) as stream:
+            record = json.loads(stream.read())
+        records.write_json(path, {**record, "final": True})
+        metrics = record["metrics"]
+        print(f"estimator_dist: final evaluation: {records.format_metrics(metrics)}", flush=True)

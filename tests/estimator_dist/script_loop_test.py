@@ -1,0 +1,166 @@
+"""train()/evaluate() loops and early stopping of whole legacy programs, on a cluster too.
+
+The programs are `tests/legacy/scripts/train_evaluate_loop.py` (train/evaluate
+cycles, an export, predictions) and `early_stopping.py` (an early-stopping
+hook in the TrainSpec), each run in one process and on 2 workers and an
+evaluator through the launcher: real processes, bounded, logs printed on
+failure.
+"""
+
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from estimator_dist import early_stopping, script_loop
+from estimator_dist.preemption import EARLY_STOP, Preemption
+from tests.procs import REPO, run_module
+
+SCRIPTS = os.path.join(REPO, "tests", "legacy", "scripts")
+TIMEOUT = 240
+
+
+def test_metrics_cross_tasks_with_their_values_and_types():
+    metrics = {
+        "accuracy": np.float32(0.8125),
+        "global_step": np.int64(80),
+        "auc": np.float64(1 / 3),
+        "confusion": np.array([[1, 2], [3, 4]], np.int32),
+    }
+    decoded = script_loop.decode_metrics(
+        json.loads(json.dumps(script_loop.encode_metrics(metrics)))
+    )
+    assert sorted(decoded) == sorted(metrics)
+    for name, value in metrics.items():
+        assert decoded[name].dtype == value.dtype, name
+        np.testing.assert_array_equal(decoded[name], value)
+    assert type(decoded["accuracy"]) is np.float32
+
+
+def _estimator(tmp_path, tf_config, monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", json.dumps(tf_config))
+    config = tf.estimator.RunConfig(model_dir=str(tmp_path))
+    return tf.estimator.Estimator(lambda features, labels, mode: None, config=config)
+
+
+@pytest.mark.parametrize("task_type", ["chief", "worker"])
+def test_early_stopping_hooks_are_decided_by_the_chief_alone(tmp_path, monkeypatch, task_type):
+    cluster = {"chief": ["localhost:1"], "worker": ["localhost:2"]}
+    estimator = _estimator(
+        tmp_path, {"cluster": cluster, "task": {"type": task_type, "index": 0}}, monkeypatch
+    )
+    hook = tf.estimator.experimental.stop_if_higher_hook(estimator, "accuracy", 0.9)
+    other = tf.compat.v1.train.StepCounterHook()
+    preemption = Preemption(f"{task_type}-0", str(tmp_path), task_type)
+    hooks = early_stopping.agreed([hook, other], preemption, is_chief=task_type == "chief")
+    if task_type == "chief":
+        assert [type(h) for h in hooks] == [early_stopping.AgreedStopHook, type(other)]
+    else:
+        assert hooks == [other]  # TensorFlow's _CheckForStoppingHook would wait forever.
+    assert early_stopping.agreed([hook, other], None, is_chief=True) == [hook, other]
+
+
+def test_a_stop_asked_by_early_stopping_is_decided_and_ends_with_no_preemption_exit(tmp_path):
+    exits = []
+    chief = Preemption("chief-0", str(tmp_path), "chief", exit_fn=lambda *a: exits.append(a))
+    tf.io.gfile.makedirs(os.path.join(str(tmp_path), "preemption"))
+    chief.session_started(40)
+    chief.request_stop(40, "stop_if_higher")
+    chief.poll_once()
+    assert chief.stop_at is not None and chief.stop_at > 40
+    assert chief.reason == f"{EARLY_STOP}: stop_if_higher" and not chief.requested
+    while not chief.step_done():
+        pass
+    chief.finished()
+    assert exits == []
+    decision = json.load(open(os.path.join(str(tmp_path), "preemption", "decision.json")))
+    assert decision["done"] and decision["saved_step"] == chief.stop_at
+
+
+def _kernel(model_dir):
+    return tf.train.load_variable(model_dir, "dense/kernel")
+
+
+def _loop_args(model_dir, results):
+    return [f"--model_dir={model_dir}", f"--results_dir={results}", "--cycles=3"]
+
+
+@pytest.mark.multiprocess
+def test_a_train_evaluate_loop_on_two_workers_equals_one_process(tmp_path):
+    script = os.path.join(SCRIPTS, "train_evaluate_loop.py")
+    alone, cluster = str(tmp_path / "alone"), str(tmp_path / "cluster")
+    run_module(
+        "estimator_dist.script",
+        [script, *_loop_args(alone, tmp_path / "alone_results")],
+        TIMEOUT,
+        model_dir=alone,
+    )
+    run = run_module(
+        "estimator_dist.launch",
+        [
+            "--num_workers=2",
+            "--evaluator",
+            f"--script={script}",
+            "--communication=RING",
+            "--timeout_secs=200",
+            "--",
+            *_loop_args(cluster, tmp_path / "cluster_results"),
+        ],
+        TIMEOUT,
+        model_dir=cluster,
+    )
+    results = {
+        os.path.basename(path): json.load(open(path))
+        for path in glob.glob(str(tmp_path / "cluster_results" / "*.json"))
+    }
+    # Every task took the same branches with the same values and types.
+    assert sorted(results) == ["chief-0.json", "worker-0.json"], run.describe()
+    assert results["chief-0.json"] == results["worker-0.json"]
+    history = results["chief-0.json"]["history"]
+    assert [cycle["global_step"] for cycle in history] == [[20, "<i8"], [40, "<i8"], [60, "<i8"]]
+    assert history[-1]["accuracy"][1] == "<f4"
+    reference = json.load(open(tmp_path / "alone_results" / "local.json"))["history"]
+    for one, two in zip(reference, history):
+        assert abs(one["loss"][0] - two["loss"][0]) <= 1e-5, (reference, history)
+    np.testing.assert_allclose(_kernel(cluster), _kernel(alone), atol=1e-5)
+    # One export, written by the chief, whose path every task returned.
+    assert glob.glob(os.path.join(cluster, "export", "*")) == [results["chief-0.json"]["export"]]
+    assert results["worker-0.json"]["predictions"] == 200
+    final = run.json("eval_metrics.json")
+    assert final["final"] and final["metrics"]["global_step"] == 60, final
+    assert "[evaluator] estimator_dist: this program trains with estimator.train()" in run.output
+    assert "[launcher] final evaluation: global_step=60" in run.output
+
+
+@pytest.mark.multiprocess
+def test_early_stopping_stops_every_task_at_one_checkpointed_step(tmp_path):
+    model_dir = str(tmp_path / "model")
+    run = run_module(
+        "estimator_dist.launch",
+        [
+            "--num_workers=2",
+            "--evaluator",
+            f"--script={os.path.join(SCRIPTS, 'early_stopping.py')}",
+            "--communication=RING",
+            "--timeout_secs=200",
+            "--",
+            f"--model_dir={model_dir}",
+            "--max_steps=100000",
+        ],
+        TIMEOUT,
+        model_dir=model_dir,
+    )
+    record = run.json("run_record.json")
+    stopped = record["stopped_early"]
+    assert stopped["reason"].startswith(EARLY_STOP), record
+    step = stopped["step"]
+    assert 0 < step < 100000
+    assert tf.train.latest_checkpoint(model_dir).endswith(f"model.ckpt-{step}")
+    final = run.json("eval_metrics.json")
+    assert final["final"] and final["metrics"]["global_step"] == step, final
+    assert final["metrics"]["accuracy"] >= 0.9
+    assert run.json("last_step.json")["last_step"] == step
+    assert "exited with code 0" not in run.output
