@@ -42,7 +42,7 @@ import copy
 import json
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -57,6 +57,8 @@ if TYPE_CHECKING:
 
 #: Directory of `model_dir` where the chief leaves each call's result for the other tasks.
 LOOP_DIR = "loop"
+#: Directory of `model_dir` where the launcher writes each task's log.
+LOG_DIR = "logs"
 #: Seconds between two looks for the chief's result.
 _POLL_SECS = 0.2
 
@@ -98,6 +100,21 @@ def decode_metrics(encoded: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
     }
 
 
+def _clear(target: str, model_dir: str, keep: Tuple[str, ...]) -> None:
+    """Deletes `target` (model_dir or a directory above it), keeping model_dir's `keep` entries."""
+    if not tf.io.gfile.exists(target):
+        return
+    for name in tf.io.gfile.listdir(target):
+        entry = os.path.join(target, name.rstrip("/"))
+        if entry == model_dir or model_dir.startswith(entry.rstrip("/") + "/"):
+            _clear(entry, model_dir, keep)
+        elif not (target == model_dir and name.rstrip("/") in keep):
+            if tf.io.gfile.isdir(entry):
+                tf.io.gfile.rmtree(entry)
+            else:
+                tf.io.gfile.remove(entry)
+
+
 def _local_copy(estimator: Any) -> Any:
     """A copy of `estimator` that evaluates in a local session, outside the cluster."""
     local = copy.deepcopy(estimator)
@@ -127,22 +144,31 @@ class LoopTask:
         self._task = task
         self._cluster = cluster
         self._stall_timeout = stall_timeout
-        self._calls = {"train": 0, "evaluate": 0, "export": 0}
+        self._calls = {"train": 0, "evaluate": 0, "export": 0, "rmtree": 0}
         # The global step the last segment ended at; None before the first call.
         self._step: Optional[int] = None
         self._model_dir: Optional[str] = None
         self.evaluated = False
 
     def _enter(self, estimator: Any, method: str) -> str:
-        """Joins the cluster at the program's first call; returns the results directory."""
+        """Joins the cluster at the program's first call; returns the results directory.
+
+        The step training starts from is read after the rendezvous: the chief
+        may have cleared model_dir before it (`rmtree`), and no task trains
+        before every task has arrived.
+        """
         if self._cluster.task_type == EVALUATOR:
             self._task.calls += 1
             print(EVALUATOR_LEAVES.format(method=method), flush=True)
             raise SystemExit(0)
         if self._model_dir is None:
             self._model_dir = self._task.model_dir_of(estimator)
+        self._task.join(estimator, self._model_dir, {"loop": True})
+        if self._step is None:
             self._step = records.checkpoint_step(self._model_dir)
-        self._task.join(estimator, self._model_dir, {"loop_start_step": self._step})
+        return self._results_dir()
+
+    def _results_dir(self) -> str:
         results = os.path.join(self._model_dir, LOOP_DIR, str(self._task.attempt))
         tf.io.gfile.makedirs(results)
         return results
@@ -157,22 +183,29 @@ class LoopTask:
         max_steps: Optional[int] = None,
         saving_listeners: Any = None,
     ) -> Any:
-        """One synchronised training segment on every training task; returns `estimator`."""
+        """One synchronised training segment on every training task; returns `estimator`.
+
+        It ends where Estimator's `train()` would: at `max_steps`, after `steps`
+        more steps, or where the input ends, on the task whose input ends first.
+        """
         results = self._enter(estimator, "train")
         if steps is not None and steps <= 0:
             raise UsageError(f"estimator.train(steps={steps}): steps must be positive.")
         self._calls["train"] += 1
-        if steps is None and max_steps is None:
-            target = self._step + self._agreed_batches(estimator, input_fn, results)
-        else:
-            target = max_steps if max_steps is not None else self._step + steps
-        if target <= self._step:
+        wanted = max_steps if max_steps is not None else None
+        if steps is not None:
+            wanted = self._step + steps
+        if wanted is not None and wanted <= self._step:
             logging.info(
                 "estimator_dist: skipping training: max_steps=%d, the model is at step %d.",
-                target,
+                wanted,
                 self._step,
             )
             return estimator
+        fewest = self._agreed_batches(estimator, input_fn, results, wanted)
+        target = wanted if fewest is None else self._step + fewest
+        if wanted is not None:
+            target = min(target, wanted)
         logging.info(
             "estimator_dist: training segment from global step %d to %d on every task.",
             self._step,
@@ -183,47 +216,54 @@ class LoopTask:
         )
         # No evaluation runs on a training task of a cluster: the spec is never read.
         eval_spec = tf.estimator.EvalSpec(input_fn, steps=1, start_delay_secs=0, throttle_secs=0)
-        del (
-            original
-        )  # Estimator.train, which refuses a cluster: TensorFlow's train_and_evaluate runs.
+        del original  # Estimator.train refuses a cluster: TensorFlow's train_and_evaluate runs.
         self._task.train_and_evaluate(
             self._task.original_train_and_evaluate, estimator, train_spec, eval_spec
         )
         self._step = self._task.last_step_reached or target
         return estimator
 
-    def _agreed_batches(self, estimator: Any, input_fn: Callable, results: str) -> int:
-        """The fewest batches any training task's input yields: `train()` until the input ends.
+    def _agreed_batches(
+        self, estimator: Any, input_fn: Callable, results: str, wanted: Optional[int]
+    ) -> Optional[int]:
+        """The fewest batches any training task's input yields, or None if none ends.
 
-        Each training task counts its own input (`estimator_dist.last_step`)
-        and leaves the count beside the chief's results; every task reads all.
+        Each training task counts its own input (`estimator_dist.last_step`:
+        cardinality, else reading it in a throwaway graph up to the batches
+        `wanted` needs, within a time bound) and leaves the count beside the
+        chief's results; every task reads all of them.
+
+        Raises:
+          UsageError: `train()` until the input ends, over an input that never ends.
         """
         from estimator_dist import last_step
 
         config = self._task.config
         count = last_step.count_for_task(
-            self._cluster, estimator, input_fn, None, config.startup_timeout
-        )
-        if count is None or count["batches"] is None:
-            raise UsageError(
-                NO_STEPS.format(where=self._task.where_in_program(), role=self._cluster.role)
-            )
-        segment = self._calls["train"]
-        role = self._cluster.role
+            self._cluster, estimator, input_fn, wanted, config.startup_timeout
+        ) or {"batches": None, "how": "not counted with parameter servers"}
+        segment, role = self._calls["train"], self._cluster.role
         records.write_json(os.path.join(results, f"count-{segment}-{role}.json"), count)
-        roles = [f"{CHIEF}-0"] + [f"{WORKER}-{i}" for i in range(len(self._cluster.jobs[WORKER]))]
+        workers = self._cluster.jobs.get(WORKER, [])
+        roles = [f"{CHIEF}-0"] + [f"{WORKER}-{i}" for i in range(len(workers))]
         counts = {
             other: self._wait_for(os.path.join(results, f"count-{segment}-{other}.json"), "count")
             for other in roles
         }
-        unending = sorted(other for other, value in counts.items() if value["batches"] is None)
-        if unending:
-            raise UsageError(NO_STEPS.format(where=self._task.where_in_program(), role=unending[0]))
-        fewest = min(value["batches"] for value in counts.values())
+        finite = {other: c["batches"] for other, c in counts.items() if c["batches"] is not None}
+        if not finite:
+            if wanted is None:
+                raise UsageError(
+                    NO_STEPS.format(where=self._task.where_in_program(), role=sorted(counts)[0])
+                )
+            return None
+        fewest = min(finite.values())
         logging.info(
-            "estimator_dist: train() until the input ends: %d steps on every task (%s).",
+            "estimator_dist: the training inputs yield %s step(s) from step %d; the fewest, %d, "
+            "bound this segment.",
+            ", ".join(f"{other} {batches}" for other, batches in sorted(finite.items())),
+            self._step,
             fewest,
-            ", ".join(f"{other} {value['batches']}" for other, value in sorted(counts.items())),
         )
         return fewest
 
@@ -272,11 +312,17 @@ class LoopTask:
         shown = self._wait_for(path, "export")["path"]
         return shown.encode()
 
-    def _wait_for(self, path: str, what: str) -> dict:
-        """Reads the chief's result at `path` once written; fails if the chief is gone."""
+    def _wait_for(self, path: str, what: str, peer: Optional[Tuple[str, str]] = None) -> dict:
+        """Reads the result at `path` once written; fails if its writer is gone.
+
+        Args:
+          path: The file the writer leaves.
+          what: What the file holds, for the message.
+          peer: The writer's (role, address); the chief by default.
+        """
         from estimator_dist.watchdog import unreachable
 
-        chief = {CHIEF: self._cluster.jobs[CHIEF][0]}
+        role, address = peer or (f"{CHIEF}-0", self._cluster.jobs[CHIEF][0])
         silent_since: Optional[float] = None
         last_probe = time.monotonic()
         while True:
@@ -286,18 +332,62 @@ class LoopTask:
             now = time.monotonic()
             if now - last_probe >= 1.0:
                 last_probe = now
-                if not unreachable(chief):
+                if not unreachable({role: address}):
                     silent_since = None
                 elif silent_since is None:
                     silent_since = now
                 elif now - silent_since > self._stall_timeout:
                     raise PeerFailureError(
-                        f"task {self._cluster.role} waited for the chief's {what} ({path}), "
-                        f"and the chief ({chief[CHIEF]}) has not answered for "
-                        f"{self._stall_timeout:g} s: it is gone. The job restarts from the "
-                        "latest checkpoint."
+                        f"task {self._cluster.role} waited for {role}'s {what} ({path}), and "
+                        f"{role} ({address}) has not answered for {self._stall_timeout:g} s: it "
+                        "is gone. The job restarts from the latest checkpoint."
                     )
             time.sleep(_POLL_SECS)
+
+    def rmtree(self, original: Callable, path: Any, *args: Any, **kwargs: Any) -> Any:
+        """`shutil.rmtree` (or TensorFlow's) of the job's model_dir, or a directory above it.
+
+        Programs often start with `shutil.rmtree(model_dir)`. On a cluster every
+        task would delete the checkpoints the others write, and with them the
+        launcher's task logs. Here the chief alone clears it, keeping `logs/`
+        and `loop/`; the others leave it to the chief and, once the program
+        has met the cluster, wait until it is done, so that every task starts
+        its next training from the same (cleared) step.
+        """
+        model_dir = self._task.config.model_dir
+        target = os.path.abspath(os.fspath(path)) if "://" not in str(path) else str(path)
+        inside = model_dir is not None and (model_dir + os.sep).startswith(target.rstrip("/") + "/")
+        if not inside:
+            return original(path, *args, **kwargs)
+        if self._step is None:  # Not met yet: the rendezvous comes after the chief's clearing.
+            if self._cluster.is_chief:
+                _clear(target, model_dir, keep=(LOG_DIR, LOOP_DIR))
+            else:
+                logging.info("estimator_dist: %s is cleared by the chief, not here.", target)
+            return None
+        # Every task arrives before the chief clears (another may still read a checkpoint,
+        # predicting), and waits until it is done.
+        self._calls["rmtree"] += 1
+        results, call = self._results_dir(), self._calls["rmtree"]
+        done = os.path.join(results, f"rmtree-{call}.json")
+        if self._cluster.task_type == CHIEF:
+            for role, address in self._peers().items():
+                arrived = os.path.join(results, f"rmtree-{call}-{role}.json")
+                self._wait_for(arrived, "arrival at the same rmtree()", (role, address))
+            _clear(target, model_dir, keep=(LOG_DIR, LOOP_DIR))
+            records.write_json(done, {"cleared": target})
+        else:
+            arrived = os.path.join(results, f"rmtree-{call}-{self._cluster.role}.json")
+            records.write_json(arrived, {"role": self._cluster.role})
+            self._wait_for(done, "clearing of the model_dir")
+        self._step = records.checkpoint_step(self._model_dir)
+        return None
+
+    def _peers(self) -> Dict[str, str]:
+        """The other training tasks by role, with their addresses."""
+        return {
+            f"{WORKER}-{i}": address for i, address in enumerate(self._cluster.jobs.get(WORKER, []))
+        }
 
     def finish(self) -> None:
         """Marks the chief's last evaluation as the job's final one."""

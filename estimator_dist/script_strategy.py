@@ -118,8 +118,21 @@ class Distribution:
     effective_communication: Optional[str]
 
 
-def distribute(estimator: Any, cluster: ClusterConfig, config: ScriptConfig) -> Distribution:
-    """Gives the estimator the strategies this task needs; returns what it runs with."""
+def distribute(
+    estimator: Any,
+    cluster: ClusterConfig,
+    config: ScriptConfig,
+    earlier: Optional[Distribution] = None,
+) -> Distribution:
+    """Gives the estimator the strategies this task needs; returns what it runs with.
+
+    Args:
+      earlier: What an earlier estimator of this process was given. Its
+        strategy is given again: collective instance keys restart in a new
+        strategy, and the server of this process remembers each key's shape,
+        so a second model on a new strategy would all-reduce against the
+        first one's shapes.
+    """
     from estimator_dist.base import tf_patches
     from run_config.strategies import StrategyConfig, communication_of, make_strategies
 
@@ -133,6 +146,9 @@ def distribute(estimator: Any, cluster: ClusterConfig, config: ScriptConfig) -> 
         # to fit the cluster.
         name = PARAMETER_SERVER if cluster.num_ps else MULTI_WORKER_MIRRORED
         wanted = StrategyConfig(name, config.communication, config.collective_timeout)
+        if earlier is not None and earlier.injected:
+            set_run_config(estimator, with_distribution(run_config, earlier.train, evaluation))
+            return dataclasses.replace(earlier, eval=evaluation)
         strategies: Strategies = make_strategies(wanted, OFF, cluster)
         if cluster.task_type == EVALUATOR and _is_collective(evaluation):
             # Built by the script on the evaluator, where it is a local strategy

@@ -39,6 +39,8 @@ from estimator_dist.script_user import (
     explained,
     given_model_dir,
     holders_of,
+    rmtrees,
+    routed,
     swap,
     user_frame,
 )
@@ -63,8 +65,9 @@ MODEL_DIR_MISMATCH = (
     "the script's estimator writes to {actual}, but --model_dir={expected} was given to "
     "{program}, which reads checkpoints and writes logs there. Give the script the same "
     "directory (e.g. `-- --model_dir={expected}` for a script with a --model_dir argument), "
-    "or pass the script's directory as --model_dir. An Estimator given no model_dir makes "
-    "a temporary one of its own on every task; every task must share one."
+    "or pass the script's directory as --model_dir. Every task must share one: a directory "
+    "made per task (tempfile.mkdtemp()) shares no checkpoint; an Estimator given no "
+    "model_dir at all gets --model_dir."
 )
 
 
@@ -123,6 +126,8 @@ class ScriptTask:
                 swap(stack, estimator_lib.Estimator, method, guarded)
             given = given_model_dir(init, self._config.model_dir)
             swap(stack, estimator_lib.Estimator, "__init__", given)
+            for owner, name in rmtrees():
+                swap(stack, owner, name, routed(getattr(owner, name), self.loop.rmtree))
             yield
 
     def _guard(self, call: Callable, looped: Callable) -> Callable:
@@ -225,6 +230,7 @@ class ScriptTask:
         import tensorflow as tf
 
         from estimator_dist import diagnose, early_stopping, last_step, records
+        from estimator_dist.base import tf_patches
         from estimator_dist.base.errors import DataError
         from estimator_dist.guards import start_preemption, start_watchdog
 
@@ -252,6 +258,9 @@ class ScriptTask:
             )
             started = time.monotonic()
             try:
+                strategy = estimator._config.train_distribute
+                if strategy is not None and self._cluster.is_distributed:
+                    tf_patches.fresh_collective_keys(strategy, self.calls - 1)
                 result = original(estimator, train_spec, eval_spec)
             except early_stopping.StoppedEarly as stopped:
                 logging.info("estimator_dist: the evaluator ends: it %s.", stopped)
@@ -310,7 +319,8 @@ class ScriptTask:
         # A later call with the same estimator (a train() loop) keeps the strategy it was given.
         distribution = self._distributions.get(id(estimator._config.train_distribute))
         if distribution is None:
-            distribution = script_strategy.distribute(estimator, cluster, config)
+            earlier = next(iter(self._distributions.values()), None)
+            distribution = script_strategy.distribute(estimator, cluster, config, earlier)
             self._distributions[id(distribution.train)] = distribution
         self._startup.mark("strategies")
         view = {
@@ -318,10 +328,13 @@ class ScriptTask:
             "strategy": distribution.name,
             "communication": distribution.communication,
         }
-        count = last_step.count_for_task(
-            cluster, estimator, train_spec.input_fn, max_steps, config.startup_timeout
-        )
-        counts = self.join(estimator, model_dir, view, count)
+        # Counted at the first call only: the rendezvous, once per process, carries the counts.
+        first, count = not self._joined, None
+        if first:
+            count = last_step.count_for_task(
+                cluster, estimator, train_spec.input_fn, max_steps, config.startup_timeout
+            )
+        counts = self.join(estimator, model_dir, view, count) if first else {}
         tf.io.gfile.makedirs(model_dir)
         last, decision = last_step.decide_for_task(
             cluster, model_dir, counts, max_steps, config.startup_timeout, self._attempt

@@ -1,7 +1,7 @@
 """A legacy program's own code, as a task sees it: where it is, what its failures mean.
 
-And the TensorFlow entry points wrapped while it runs (`swap`, `holders_of`,
-`given_model_dir`), for `estimator_dist.script_task`.
+And the entry points wrapped while it runs (`swap`, `holders_of`, `routed`,
+`rmtrees`, `given_model_dir`), for `estimator_dist.script_task`.
 """
 
 from __future__ import annotations
@@ -130,3 +130,22 @@ def given_model_dir(init: Callable, given: Optional[str]) -> Callable:
         init(*bound.args, **bound.kwargs)
 
     return __init__
+
+
+def rmtrees() -> List[Tuple[Any, str]]:
+    """The recursive deletes a program may call, as (module, attribute name)."""
+    import shutil
+
+    import tensorflow as tf
+
+    return [(shutil, "rmtree"), (tf.io.gfile, "rmtree"), (tf.compat.v1.gfile, "DeleteRecursively")]
+
+
+def routed(function: Callable, handler: Callable) -> Callable:
+    """`function`, whose calls become `handler(function, *args, **kwargs)`."""
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return handler(function, *args, **kwargs)
+
+    return wrapper

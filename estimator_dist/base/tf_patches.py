@@ -87,6 +87,18 @@ internals these are.
    exists); `time.time` and everything else are the `time` module's. Shown by
    `tests/estimator_dist/last_step_test.py`.
 
+9. **Fresh collective instance keys for every graph of a process**
+   (`CollectiveKeys._instance_key_table`, by `fresh_collective_keys`).
+   Estimator's distribute coordinator deep-copies the strategy for each
+   `train_and_evaluate` call, so every call's graph numbers its collectives
+   from the same start, while the task's server remembers the shape of each
+   (group, instance) it has run. A program that trains a second model in the
+   same process (a `train()` loop over two estimators) then all-reduced
+   against the first model's shapes ("Shape mismatch in the collective
+   instance"). Each call's graph gets a range of its own, the same on every
+   task since every task makes the same calls. Shown by
+   `tests/estimator_dist/script_loop_test.py` (two models in one program).
+
 Example:
   >>> install()
   >>> installed()
@@ -102,7 +114,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import tensorflow as tf
 from tensorflow.python.autograph.impl.api import autograph_artifact
 from tensorflow.python.data.ops import multi_device_iterator_ops
-from tensorflow.python.distribute import collective_all_reduce_strategy
+from tensorflow.python.distribute import collective_all_reduce_strategy, cross_device_utils
 from tensorflow.python.distribute import values as value_lib
 from tensorflow.python.training import monitored_session
 from tensorflow_estimator.python.estimator import estimator as estimator_lib
@@ -110,6 +122,7 @@ from tensorflow_estimator.python.estimator import training as training_lib
 
 _EXTENDED = collective_all_reduce_strategy.CollectiveAllReduceExtended
 _SAVER_HOOK = tf.compat.v1.train.CheckpointSaverHook
+_KEYS = cross_device_utils.CollectiveKeys
 # The original of each replaced attribute, by (owner, name), while installed.
 _ORIGINALS: Dict[Tuple[Any, str], Any] = {}
 # On a strategy's `extended` object; deep-copied with it, as Estimator's
@@ -132,6 +145,8 @@ def install() -> None:
         return
     _replace(_EXTENDED, "_batch_reduce_to", _batch_reduce_to)
     _replace(_EXTENDED, "_initialize_strategy", _initialize_strategy)
+    _replace(_EXTENDED, "_initialize_multi_worker", _initialize_multi_worker)
+    _replace(_KEYS, "_get_new_group_key", _get_new_group_key)
     _replace(multi_device_iterator_ops, "_create_device_dataset", _create_device_dataset)
     _replace(estimator_lib.Estimator, "_call_model_fn", _call_model_fn)
     _replace(_SAVER_HOOK, "__init__", _saver_hook_init)
@@ -195,6 +210,35 @@ def set_gradient_transport(strategy: tf.distribute.Strategy, wire_dtype: str = "
 def set_training_sleep(sleep: Optional[Callable[[float], None]]) -> None:
     """Makes the sleeps of TensorFlow's evaluator loop call `sleep` (patch 8); None: time.sleep."""
     _TrainingTime.sleepers[:] = [sleep] if sleep is not None else []
+
+
+#: Collective instance keys each graph of a process may use (patch 9).
+KEYS_PER_GRAPH = 100_000
+
+
+# On a strategy's `extended` object (deep-copied with it): which graph of the process it builds.
+_GRAPH_INDEX = "_estimator_dist_graph_index"
+# On a `CollectiveKeys` object: where the instance keys of its groups start.
+_INSTANCE_START = "_estimator_dist_instance_start"
+
+
+def fresh_collective_keys(strategy: tf.distribute.Strategy, graph_index: int) -> None:
+    """Numbers the collectives of a process's `graph_index`-th graph in a range of their own."""
+    setattr(strategy.extended, _GRAPH_INDEX, graph_index)
+    _number_keys(strategy.extended)
+
+
+def _number_keys(extended: Any) -> None:
+    keys = getattr(extended, "_collective_keys", None)
+    index = getattr(extended, _GRAPH_INDEX, 0)
+    if keys is None or not index:
+        return
+    start = cross_device_utils.INSTANCE_KEY_START_NUMBER + index * KEYS_PER_GRAPH
+    setattr(keys, _INSTANCE_START, start)
+    with keys._lock:
+        for group in keys._instance_key_table.values():
+            for device in group:
+                group[device] = max(group[device], start)
 
 
 def stop_session_recovery() -> None:
@@ -299,6 +343,23 @@ def _initialize_strategy(extended: Any, cluster_resolver: Any, devices: Any) -> 
 def _saver_hook_init(hook: Any, *args: Any, **kwargs: Any) -> None:
     _original(_SAVER_HOOK, "__init__")(hook, *args, **kwargs)
     hook._set_steps_per_run(1)
+
+
+# --- 9: fresh collective instance keys for every graph --------------------------------
+
+
+def _initialize_multi_worker(extended: Any, cluster_resolver: Any) -> None:
+    _original(_EXTENDED, "_initialize_multi_worker")(extended, cluster_resolver)
+    _number_keys(extended)
+
+
+def _get_new_group_key(keys: Any, devices: Any) -> int:
+    group_key = _original(_KEYS, "_get_new_group_key")(keys, devices)
+    start = getattr(keys, _INSTANCE_START, None)
+    if start is not None:
+        for device in devices:
+            keys._instance_key_table[group_key][device] = start
+    return group_key
 
 
 # --- 8: the evaluator's sleeps -------------------------------------------------------

@@ -146,9 +146,9 @@ def test_early_stopping_stops_every_task_at_one_checkpointed_step(tmp_path):
             f"--script={os.path.join(SCRIPTS, 'early_stopping.py')}",
             "--communication=RING",
             "--timeout_secs=200",
-            "--",
             f"--model_dir={model_dir}",
-            "--max_steps=100000",
+            "--",
+            "--max_steps=100000",  # The script's Estimator gets no model_dir: the launcher's.
         ],
         TIMEOUT,
         model_dir=model_dir,
@@ -164,3 +164,75 @@ def test_early_stopping_stops_every_task_at_one_checkpointed_step(tmp_path):
     assert final["metrics"]["accuracy"] >= 0.9
     assert run.json("last_step.json")["last_step"] == step
     assert "exited with code 0" not in run.output
+
+
+@pytest.mark.multiprocess
+def test_two_models_cleared_between_trained_for_epochs_on_two_workers(tmp_path):
+    """rmtree(model_dir) before each model, train() with no steps over epochs of a frame."""
+    script = os.path.join(SCRIPTS, "two_models.py")
+    alone, cluster = str(tmp_path / "alone"), str(tmp_path / "cluster")
+    run_module(
+        "estimator_dist.script",
+        [script, f"--outdir={alone}", f"--results_dir={tmp_path / 'alone_results'}"],
+        TIMEOUT,
+        model_dir=alone,
+    )
+    run = run_module(
+        "estimator_dist.launch",
+        [
+            "--num_workers=2",
+            "--evaluator",
+            f"--script={script}",
+            "--communication=RING",
+            "--timeout_secs=200",
+            f"--model_dir={cluster}",
+            "--",
+            f"--outdir={cluster}",
+            f"--results_dir={tmp_path / 'cluster_results'}",
+        ],
+        TIMEOUT,
+        model_dir=cluster,
+    )
+    chief = json.load(open(tmp_path / "cluster_results" / "chief-0.json"))
+    worker = json.load(open(tmp_path / "cluster_results" / "worker-0.json"))
+    assert chief == worker, run.describe()
+    # 3 epochs of 640 rows in batches of 64, for each model, from step 0 after each clearing.
+    assert [r["global_step"] for r in chief["results"]] == [30.0, 30.0]
+    # Every worker reads the whole frame (no input_context): the linear model's step is one
+    # process's, duplicated.
+    alone_results = json.load(open(tmp_path / "alone_results" / "local.json"))["results"]
+    assert (
+        abs(chief["results"][0]["loss"] - alone_results[0]["loss"])
+        <= 1e-5 * alone_results[0]["loss"]
+    )
+    # The chief alone cleared model_dir the second time, once the worker had arrived, keeping
+    # the launcher's task logs.
+    assert sorted(os.listdir(os.path.join(cluster, "logs"))) == [
+        "chief-0.log",
+        "evaluator-0.log",
+        "launcher.log",
+        "worker-0.log",
+    ]
+    (attempt,) = glob.glob(os.path.join(cluster, "loop", "*"))
+    assert {"rmtree-1.json", "rmtree-1-worker-0.json"} <= set(os.listdir(attempt))
+    assert run.json("eval_metrics.json")["final"]
+
+
+@pytest.mark.multiprocess
+def test_early_stopping_in_one_process_ends_with_its_final_evaluation(tmp_path):
+    model_dir = str(tmp_path / "model")
+    run = run_module(
+        "estimator_dist.script",
+        [
+            f"--model_dir={model_dir}",
+            os.path.join(SCRIPTS, "early_stopping.py"),
+            "--max_steps=100000",
+        ],
+        TIMEOUT,
+        model_dir=model_dir,
+    )
+    stopped = run.json("run_record.json")["stopped_early"]
+    assert stopped["reason"].startswith(EARLY_STOP) and 0 < stopped["step"] < 100000
+    final = run.json("eval_metrics.json")
+    assert final["final"] and final["metrics"]["global_step"] == stopped["step"], final
+    assert tf.train.latest_checkpoint(model_dir).endswith(f"model.ckpt-{stopped['step']}")

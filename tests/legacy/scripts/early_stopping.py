@@ -2,10 +2,11 @@
 
 An Estimator, an early-stopping hook from `tf.estimator.experimental` in the
 TrainSpec, and `train_and_evaluate`: training ends when the evaluations say
-accuracy passed `--stop_accuracy`, long before `--max_steps`. Run as it is it
-trains in one process:
+accuracy passed `--stop_accuracy`, long before `--max_steps`. As in the
+guide, the Estimator gets no model_dir unless `--model_dir` is given. Run as
+it is it trains in one process:
 
-  python tests/legacy/scripts/early_stopping.py --model_dir=/tmp/early
+  python tests/legacy/scripts/early_stopping.py
 
 and `python -m estimator_dist.launch --script=...` runs it unchanged on
 several workers and an evaluator, where TensorFlow's hook alone would stop the
@@ -47,7 +48,7 @@ def _model_fn(features, labels, mode):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model_dir", required=True)
+    parser.add_argument("--model_dir", default=None, help="None: a temporary directory.")
     parser.add_argument("--max_steps", type=int, default=20000)
     parser.add_argument("--stop_accuracy", type=float, default=0.9)
     args = parser.parse_args()
