@@ -39,15 +39,6 @@ CHECKPOINT_SECS = (
     "deadlock' and silently switches to every 1000 steps). Fix: use save_checkpoints_steps "
     "(--save_checkpoints_steps) instead."
 )
-#: `estimator.train` and `estimator.evaluate` refuse multi-worker mode.
-ESTIMATOR_TRAIN = (
-    "{where}calls estimator.{method}(...), which cannot run on a task of a multi-worker "
-    "cluster: with a MultiWorkerMirroredStrategy it raises 'Only STANDALONE_CLIENT mode is "
-    "supported when you call estimator.{method}' as soon as TF_CONFIG names a cluster, and "
-    "without one the tasks wait for each other forever. Fix: use "
-    "tf.estimator.train_and_evaluate(estimator, TrainSpec(...), EvalSpec(...)), which is what "
-    "`python -m estimator_dist.train` runs and what `--script` distributes."
-)
 #: `estimator.train` and `estimator.evaluate` in a script's source: information, not an error.
 ESTIMATOR_SEGMENT = (
     "{where}calls estimator.{method}(...): on a cluster each call runs as one synchronised "
@@ -57,10 +48,10 @@ ESTIMATOR_SEGMENT = (
 )
 #: A TrainSpec without `max_steps`.
 NO_MAX_STEPS = (
-    "{where}TrainSpec(...) sets no max_steps, so on several workers training runs until an "
-    "input runs out: the worker whose input ends first leaves the others waiting, and the "
-    "evaluator waits for a last step that never comes. Fix: make the training input repeat "
-    "(dataset.repeat()) and pass TrainSpec(input_fn, max_steps=N)."
+    "{where}TrainSpec(...) sets no max_steps, so training runs until the input ends. On a "
+    "cluster every training task counts its input before training and all stop at the fewest "
+    "batches any of them has (the rest of a longer shard is not trained); an input that never "
+    "ends, or a cluster with parameter servers, needs TrainSpec(input_fn, max_steps=N)."
 )
 #: A Keras model handed to the bridge without `compile`.
 KERAS_NOT_COMPILED = (
