@@ -18,11 +18,9 @@ Example, a single process on the embedded digits:
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import time
-from typing import Iterator, List, Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 import tensorflow as tf
 from absl import logging
@@ -183,24 +181,12 @@ def make_estimator(
     # "saver": the default object-based format builds its Saver inside the replica context,
     # where batch normalization's moving statistics cannot be read ("Method requires being
     # in cross-replica context" at the first step of any Keras model with BatchNormalization).
-    with _model_dir_lock(job.run.model_dir, "keras_bridge"):
+    with records.model_dir_lock(job.run.model_dir, "keras_bridge"):
         return tf.keras.estimator.model_to_estimator(
             keras_model=build_keras_model(job, checked.feature_specs),
             config=run_config,
             checkpoint_format="saver",
         )
-
-
-@contextlib.contextmanager
-def _model_dir_lock(model_dir: str, name: str) -> Iterator[None]:
-    """Serialises one step across the tasks sharing a local model_dir."""
-    if "://" in model_dir:
-        yield
-        return
-    os.makedirs(model_dir, exist_ok=True)
-    with open(os.path.join(model_dir, f".{name}.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
 
 
 def _specs(

@@ -12,13 +12,15 @@ a single process, writes `eval_metrics.json` after each evaluation, because
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib.metadata
 import json
 import os
 import platform
 import socket
 import time
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 import tensorflow as tf
 
@@ -90,6 +92,18 @@ def write_json(path: str, data: Mapping[str, Any]) -> None:
     with tf.io.gfile.GFile(temporary, "w") as stream:
         stream.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     tf.io.gfile.rename(temporary, path, overwrite=True)
+
+
+@contextlib.contextmanager
+def model_dir_lock(model_dir: str, name: str) -> Iterator[None]:
+    """Serialises one step across the tasks sharing a local model_dir."""
+    if "://" in model_dir:
+        yield
+        return
+    os.makedirs(model_dir, exist_ok=True)
+    with open(os.path.join(model_dir, f".{name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def read_json(path: str) -> Optional[dict]:

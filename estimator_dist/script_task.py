@@ -16,18 +16,10 @@ import contextlib
 import functools
 import os
 import sys
+import tempfile
 import time
 import traceback
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Callable,
-    Dict,
-    Iterator,
-    Optional,
-    Tuple,
-    Union,
-)
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Set, Tuple, Union
 
 from absl import logging
 
@@ -39,6 +31,9 @@ from estimator_dist.script_user import (
     explained,
     given_model_dir,
     holders_of,
+    keras_bridge,
+    keras_estimator_modules,
+    recording,
     rmtrees,
     routed,
     swap,
@@ -124,8 +119,15 @@ class ScriptTask:
             ):
                 guarded = self._guard(getattr(estimator_lib.Estimator, method), looped)
                 swap(stack, estimator_lib.Estimator, method, guarded)
-            given = given_model_dir(init, self._config.model_dir)
-            swap(stack, estimator_lib.Estimator, "__init__", given)
+            temporary: Set[str] = set()
+            swap(stack, tempfile, "mkdtemp", recording(tempfile.mkdtemp, temporary))
+            shared = self._config.model_dir
+            swap(
+                stack, estimator_lib.Estimator, "__init__", given_model_dir(init, shared, temporary)
+            )
+            for holder in keras_estimator_modules() if self._cluster.is_distributed else ():
+                bridge = keras_bridge(holder.model_to_estimator, shared, temporary)
+                swap(stack, holder, "model_to_estimator", bridge)
             for owner, name in rmtrees():
                 swap(stack, owner, name, routed(getattr(owner, name), self.loop.rmtree))
             yield

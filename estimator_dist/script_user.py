@@ -1,7 +1,8 @@
 """A legacy program's own code, as a task sees it: where it is, what its failures mean.
 
 And the entry points wrapped while it runs (`swap`, `holders_of`, `routed`,
-`rmtrees`, `given_model_dir`), for `estimator_dist.script_task`.
+`rmtrees`, `given_model_dir`, `keras_bridge`, `recording`), for
+`estimator_dist.script_task`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 import sys
 import sysconfig
 import traceback
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
 
 from absl import logging
 
@@ -47,6 +48,15 @@ def user_frame(frames: Sequence[traceback.FrameSummary]) -> str:
     return ""
 
 
+#: Why code that needs eager execution fails in a program run by `estimator_dist.script`.
+GRAPH_MODE = (
+    "Programs run in graph mode here (eager execution is turned off before the program "
+    "starts: TensorFlow's evaluator and the cluster's collectives need it), so code outside "
+    "the Estimator that needs eager execution, such as a loop printing a batch of the input, "
+    "fails: remove it, or run it only when TF_CONFIG is not set."
+)
+
+
 def user_code_error(error: BaseException, script: str) -> UserCodeError:
     """Explains an exception that the script, its model_fn or its input_fn raised (exit 5).
 
@@ -57,8 +67,9 @@ def user_code_error(error: BaseException, script: str) -> UserCodeError:
     frames = traceback.extract_tb(error.__traceback__)
     users = [frame for frame in frames if is_users(frame.filename)]
     where = f" in {users[-1].name}() at {user_frame(users).rstrip(': ')}" if users else ""
+    hint = f" {GRAPH_MODE}" if "eager" in str(error) else ""
     return UserCodeError(
-        f"the script {shown(script)} raised {type(error).__name__}: {error}{where}. "
+        f"the script {shown(script)} raised {type(error).__name__}: {error}{where}.{hint} "
         "The traceback is in the log above. It would raise again on every task and after "
         "every restart, so the job stops: fix the code and run again."
     )
@@ -109,12 +120,37 @@ def holders_of(function: Callable) -> List[Any]:
     return [holder for holder in unique.values() if getattr(holder, name) is function]
 
 
-def given_model_dir(init: Callable, given: Optional[str]) -> Callable:
-    """Wraps `Estimator.__init__`: an estimator given no model_dir gets `given` (--model_dir).
+def _shared(arguments: dict, given: Optional[str], temporary: Set[str], what: str) -> Optional[str]:
+    """Gives `arguments` (`model_dir`, `config`) `given` where their model_dir is not shared.
 
-    Without one, Estimator makes a temporary directory of its own on every
-    task, and the tasks would share no checkpoint.
+    That is no model_dir (a temporary one would be made) or a temporary
+    directory the program made (`tempfile.mkdtemp()`, recorded in
+    `temporary`): either way one per task, sharing no checkpoint. Returns the
+    model_dir the call will use, or None when it is left to the call.
     """
+    config = arguments.get("config")
+    own, configured = arguments.get("model_dir"), getattr(config, "model_dir", None)
+
+    def unshared(path: Optional[str]) -> bool:
+        return path is None or os.path.abspath(path) in temporary
+
+    if not given or not (unshared(own) and unshared(configured)):
+        return own or configured
+    made = own or configured
+    logging.info(
+        "estimator_dist: %s given %s uses --model_dir=%s, which every task shares.",
+        what,
+        f"the temporary directory {made} the program made" if made else "no model_dir",
+        given,
+    )
+    arguments["model_dir"] = given
+    if configured is not None:
+        arguments["config"] = config.replace(model_dir=given)
+    return given
+
+
+def given_model_dir(init: Callable, given: Optional[str], temporary: Set[str]) -> Callable:
+    """Wraps `Estimator.__init__`: `given` (--model_dir) for a model_dir that is not shared."""
     import inspect
 
     signature = inspect.signature(init)
@@ -122,14 +158,68 @@ def given_model_dir(init: Callable, given: Optional[str]) -> Callable:
     @functools.wraps(init)
     def __init__(estimator: Any, *args: Any, **kwargs: Any) -> None:
         bound = signature.bind(estimator, *args, **kwargs)
-        config = bound.arguments.get("config")
-        unset = bound.arguments.get("model_dir") is None
-        if given and unset and getattr(config, "model_dir", None) is None:
-            logging.info("estimator_dist: an Estimator given no model_dir uses %s.", given)
-            bound.arguments["model_dir"] = given
+        _shared(bound.arguments, given, temporary, "an Estimator")
         init(*bound.args, **bound.kwargs)
 
     return __init__
+
+
+def keras_bridge(
+    model_to_estimator: Callable, given: Optional[str], temporary: Set[str]
+) -> Callable:
+    """Wraps `model_to_estimator` for a task of a cluster, as `estimator_dist.train` calls it.
+
+    It writes the Keras model's weights to `model_dir/keras` on every task, for
+    the estimator to start from, so the model_dir must be the shared one, and
+    the tasks take turns (the first writes, the others find it); every
+    training task starts from them, as a chief does (TensorFlow's bridge
+    warm-starts on the chief alone, and the tasks then initialise their
+    variables with different collectives and hang creating the session); and
+    the "saver" checkpoint format, since the object-based default builds its
+    Saver in a replica context, where a model with batch normalization fails
+    at its first step.
+    """
+    import inspect
+    import tempfile
+
+    import tensorflow as tf
+
+    from estimator_dist import records
+
+    signature = inspect.signature(model_to_estimator)
+
+    @functools.wraps(model_to_estimator)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        model_dir = _shared(bound.arguments, given, temporary, "model_to_estimator")
+        if bound.arguments["checkpoint_format"] != "saver":
+            logging.info("estimator_dist: model_to_estimator gets checkpoint_format='saver'.")
+            bound.arguments["checkpoint_format"] = "saver"
+        # Only a chief's config warm-starts from the Keras weights, and a worker that does
+        # not initialises its variables with other collectives than the chief: both hang.
+        config = bound.arguments["config"] or tf.estimator.RunConfig(model_dir=model_dir)
+        chief = config.is_chief
+        bound.arguments["config"] = config.replace()
+        bound.arguments["config"]._is_chief = True
+        with records.model_dir_lock(model_dir or tempfile.gettempdir(), "keras_bridge"):
+            estimator = model_to_estimator(*bound.args, **bound.kwargs)
+        estimator._config._is_chief = chief
+        return estimator
+
+    return wrapper
+
+
+def recording(mkdtemp: Callable, made: Set[str]) -> Callable:
+    """`tempfile.mkdtemp`, adding each directory it makes to `made`."""
+
+    @functools.wraps(mkdtemp)
+    def wrapper(*args: Any, **kwargs: Any) -> str:
+        path = mkdtemp(*args, **kwargs)
+        made.add(os.path.abspath(path))
+        return path
+
+    return wrapper
 
 
 def rmtrees() -> List[Tuple[Any, str]]:
@@ -149,3 +239,11 @@ def routed(function: Callable, handler: Callable) -> Callable:
         return handler(function, *args, **kwargs)
 
     return wrapper
+
+
+def keras_estimator_modules() -> List[Any]:
+    """The modules through which a program reaches `model_to_estimator` (v1 and v2), once each."""
+    import tensorflow as tf
+
+    modules = [tf.keras.estimator, tf.compat.v1.keras.estimator, tf.compat.v2.keras.estimator]
+    return list({id(module): module for module in modules}.values())

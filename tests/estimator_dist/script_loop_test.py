@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_dist import early_stopping, script_loop
+from estimator_dist import early_stopping, script_loop, script_user
 from estimator_dist.preemption import EARLY_STOP, Preemption
 from tests.procs import REPO, run_module
 
@@ -236,3 +236,37 @@ def test_early_stopping_in_one_process_ends_with_its_final_evaluation(tmp_path):
     final = run.json("eval_metrics.json")
     assert final["final"] and final["metrics"]["global_step"] == stopped["step"], final
     assert tf.train.latest_checkpoint(model_dir).endswith(f"model.ckpt-{stopped['step']}")
+
+
+@pytest.mark.multiprocess
+def test_a_keras_model_to_estimator_tutorial_trains_on_two_workers(tmp_path):
+    """Its temporary model_dir per task becomes the launcher's; every task warm-starts alike."""
+    model_dir = str(tmp_path / "model")
+    run = run_module(
+        "estimator_dist.launch",
+        [
+            "--num_workers=2",
+            "--evaluator",
+            f"--script={os.path.join(SCRIPTS, 'keras_tutorial.py')}",
+            "--communication=RING",
+            "--timeout_secs=200",
+            f"--model_dir={model_dir}",
+            "--",
+            "--steps=40",
+        ],
+        TIMEOUT,
+        model_dir=model_dir,
+    )
+    assert tf.train.latest_checkpoint(model_dir).endswith("model.ckpt-40"), run.describe()
+    assert os.path.exists(os.path.join(model_dir, "keras", "keras_model.ckpt.index"))
+    final = run.json("eval_metrics.json")
+    assert final["final"] and final["metrics"]["global_step"] == 40, final
+
+
+def test_an_error_of_eager_only_code_says_programs_run_in_graph_mode():
+    try:
+        raise RuntimeError("`tf.data.Dataset` only supports Python-style iteration in eager mode")
+    except RuntimeError as error:
+        explained = script_user.user_code_error(error, __file__)
+    assert script_user.GRAPH_MODE in str(explained)
+    assert explained.exit_code == 5
