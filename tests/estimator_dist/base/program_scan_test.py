@@ -101,12 +101,9 @@ def test_estimator_train_is_information_not_a_no():
 
 def test_the_rules_are_one_table_in_order():
     kinds = [rule.kind for rule in program_scan.RULES]
-    assert kinds[:2] == ["train-and-evaluate", "estimator-train"]
-    assert {rule.answer for rule in program_scan.RULES} == {
-        program_scan.YES,
-        program_scan.UNKNOWN,
-        None,
-    }
+    assert kinds[:3] == ["eager-iteration", "train-and-evaluate", "estimator-train"]
+    answers = {rule.answer for rule in program_scan.RULES}
+    assert answers == {program_scan.NO, program_scan.YES, program_scan.UNKNOWN, None}
 
 
 def test_a_package_is_read_file_by_file_through_its_relative_imports():
@@ -133,3 +130,33 @@ def test_a_script_reads_the_modules_beside_it_that_it_imports(tmp_path):
         f"will run with --script: yes (calls tf.estimator.train_and_evaluate at "
         f"{tmp_path / 'model.py'}:4)"
     )
+
+
+@pytest.mark.parametrize(
+    "loop",
+    [
+        "for features, labels in input_fn().take(1):",
+        "for batch in make_input_fn(df)():",
+        "for row in dataset.as_numpy_iterator():",
+    ],
+)
+def test_a_python_loop_over_a_dataset_needs_eager_execution(loop):
+    source = f"""
+        import tensorflow as tf
+        {loop}
+            print(row)
+        tf.estimator.train_and_evaluate(e, t, v)
+    """
+    said = verdict_of(source)
+    assert said.startswith("will run with --script: no: iterates a dataset in Python at line 3")
+    assert "programs run in graph mode" in said
+
+
+def test_a_python_loop_over_a_list_is_not_a_dataset():
+    source = """
+        import tensorflow as tf
+        for name in ["a", "b"]:
+            print(name)
+        tf.estimator.train_and_evaluate(e, t, v)
+    """
+    assert verdict_of(source) == YES.format(5)
