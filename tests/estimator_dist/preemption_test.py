@@ -68,6 +68,7 @@ def test_a_workers_signal_makes_the_chief_decide_one_stop_step_for_both(tmp_path
     assert decision == {
         "stop_at": chief.stop_at,
         "requested_by": "worker-0",
+        "reason": "SIGTERM",
         "done": True,
         "attempt": "attempt-1",
         "saved_step": chief.stop_at,
