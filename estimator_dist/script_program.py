@@ -39,18 +39,7 @@ def check_script(path: str) -> str:
         )
     if not os.path.isfile(absolute):
         raise UsageError(f"--script={path} is not a file; give the training script's .py file.")
-    try:
-        with open(absolute, "rb") as stream:
-            compile(stream.read(), absolute, "exec")
-    except OSError as error:
-        raise UsageError(f"--script={path} cannot be read: {error.strerror}.") from None
-    except (SyntaxError, ValueError) as error:
-        line = getattr(error, "lineno", None)
-        raise UsageError(
-            f"--script={path} is not a Python script"
-            f"{f' (line {line}: {error.msg})' if line else f' ({error})'}; give the "
-            "training script's .py file."
-        ) from None
+    _compile(absolute, f"--script={path}")
     return absolute
 
 
@@ -64,8 +53,9 @@ def _compile(path: str, what: str) -> None:
     except (SyntaxError, ValueError) as error:
         line = getattr(error, "lineno", None)
         raise UsageError(
-            f"{what} is not valid Python ({path}"
-            f"{f', line {line}: {error.msg}' if line else f': {error}'}); fix the file."
+            f"{what} is not a Python script ({path}"
+            f"{f', line {line}: {error.msg}' if line else f': {error}'}); give the program's "
+            ".py file, or fix it."
         ) from None
 
 

@@ -106,7 +106,7 @@ def test_fail_with_a_package_without_main(tmp_path):
 def test_fail_with_a_module_that_is_not_python(tmp_path):
     root = make_package(tmp_path, {"trainer/__init__.py": "", "trainer/task.py": "def (:\n"})
     message = refused(module="trainer.task", package_path=root)
-    assert message.startswith("--module=trainer.task is not valid Python (")
+    assert message.startswith("--module=trainer.task is not a Python script (")
     assert "line 1" in message
 
 

@@ -80,6 +80,25 @@ def test_a_stop_asked_by_early_stopping_is_decided_and_ends_with_no_preemption_e
     assert decision["done"] and decision["saved_step"] == chief.stop_at
 
 
+def launch(script, model_dir, *program_args, model_dir_flag=True):
+    """The launcher on 2 workers and an evaluator running `script` (checked: exit 0)."""
+    return run_module(
+        "estimator_dist.launch",
+        [
+            "--num_workers=2",
+            "--evaluator",
+            f"--script={os.path.join(SCRIPTS, script)}",
+            "--communication=RING",
+            "--timeout_secs=200",
+            *([f"--model_dir={model_dir}"] if model_dir_flag else []),
+            "--",
+            *program_args,
+        ],
+        TIMEOUT,
+        model_dir=model_dir,
+    )
+
+
 def _kernel(model_dir):
     return tf.train.load_variable(model_dir, "dense/kernel")
 
@@ -98,19 +117,11 @@ def test_a_train_evaluate_loop_on_two_workers_equals_one_process(tmp_path):
         TIMEOUT,
         model_dir=alone,
     )
-    run = run_module(
-        "estimator_dist.launch",
-        [
-            "--num_workers=2",
-            "--evaluator",
-            f"--script={script}",
-            "--communication=RING",
-            "--timeout_secs=200",
-            "--",
-            *_loop_args(cluster, tmp_path / "cluster_results"),
-        ],
-        TIMEOUT,
-        model_dir=cluster,
+    run = launch(
+        "train_evaluate_loop.py",
+        cluster,
+        *_loop_args(cluster, tmp_path / "cluster_results"),
+        model_dir_flag=False,
     )
     results = {
         os.path.basename(path): json.load(open(path))
@@ -138,21 +149,8 @@ def test_a_train_evaluate_loop_on_two_workers_equals_one_process(tmp_path):
 @pytest.mark.multiprocess
 def test_early_stopping_stops_every_task_at_one_checkpointed_step(tmp_path):
     model_dir = str(tmp_path / "model")
-    run = run_module(
-        "estimator_dist.launch",
-        [
-            "--num_workers=2",
-            "--evaluator",
-            f"--script={os.path.join(SCRIPTS, 'early_stopping.py')}",
-            "--communication=RING",
-            "--timeout_secs=200",
-            f"--model_dir={model_dir}",
-            "--",
-            "--max_steps=100000",  # The script's Estimator gets no model_dir: the launcher's.
-        ],
-        TIMEOUT,
-        model_dir=model_dir,
-    )
+    # The script's Estimator gets no model_dir: it gets the launcher's.
+    run = launch("early_stopping.py", model_dir, "--max_steps=100000")
     record = run.json("run_record.json")
     stopped = record["stopped_early"]
     assert stopped["reason"].startswith(EARLY_STOP), record
@@ -177,22 +175,8 @@ def test_two_models_cleared_between_trained_for_epochs_on_two_workers(tmp_path):
         TIMEOUT,
         model_dir=alone,
     )
-    run = run_module(
-        "estimator_dist.launch",
-        [
-            "--num_workers=2",
-            "--evaluator",
-            f"--script={script}",
-            "--communication=RING",
-            "--timeout_secs=200",
-            f"--model_dir={cluster}",
-            "--",
-            f"--outdir={cluster}",
-            f"--results_dir={tmp_path / 'cluster_results'}",
-        ],
-        TIMEOUT,
-        model_dir=cluster,
-    )
+    results = f"--results_dir={tmp_path / 'cluster_results'}"
+    run = launch("two_models.py", cluster, f"--outdir={cluster}", results)
     chief = json.load(open(tmp_path / "cluster_results" / "chief-0.json"))
     worker = json.load(open(tmp_path / "cluster_results" / "worker-0.json"))
     assert chief == worker, run.describe()
@@ -242,21 +226,7 @@ def test_early_stopping_in_one_process_ends_with_its_final_evaluation(tmp_path):
 def test_a_keras_model_to_estimator_tutorial_trains_on_two_workers(tmp_path):
     """Its temporary model_dir per task becomes the launcher's; every task warm-starts alike."""
     model_dir = str(tmp_path / "model")
-    run = run_module(
-        "estimator_dist.launch",
-        [
-            "--num_workers=2",
-            "--evaluator",
-            f"--script={os.path.join(SCRIPTS, 'keras_tutorial.py')}",
-            "--communication=RING",
-            "--timeout_secs=200",
-            f"--model_dir={model_dir}",
-            "--",
-            "--steps=40",
-        ],
-        TIMEOUT,
-        model_dir=model_dir,
-    )
+    run = launch("keras_tutorial.py", model_dir, "--steps=40")
     assert tf.train.latest_checkpoint(model_dir).endswith("model.ckpt-40"), run.describe()
     assert os.path.exists(os.path.join(model_dir, "keras", "keras_model.ckpt.index"))
     final = run.json("eval_metrics.json")
