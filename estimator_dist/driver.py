@@ -25,7 +25,7 @@ from typing import List, Optional, Tuple, Union
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist import console, export, records
+from estimator_dist import console, early_stopping, export, records
 from estimator_dist.base import tf_patches
 from estimator_dist.base.cluster import EVALUATOR, ClusterConfig
 from estimator_dist.base.errors import DataError, Error, UsageError
@@ -94,7 +94,14 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     )
     exporter = records.MetricsExporter(job.run.model_dir)
     train_spec, eval_spec = _specs(job, cluster, checked, exporter, startup, preemption, watchdog)
-    _train(job, estimator, train_spec, eval_spec, watchdog, preemption)
+    if job.stop_threshold is not None:
+        train_spec, eval_spec = _stop_at_threshold(
+            job, cluster, estimator, preemption, train_spec, eval_spec
+        )
+    _train(job, cluster, estimator, train_spec, eval_spec, watchdog, preemption)
+    if cluster.task_type is None and exporter.final_metrics is None and preemption.stop_at:
+        # One process stopped early: its last evaluation, of the step it stopped at, is final.
+        return early_stopping.mark_final(job.run.model_dir)
     if cluster.task_type in (None, EVALUATOR):
         return exporter.final_metrics
     return None
@@ -230,8 +237,37 @@ def _specs(
     return train_spec, eval_spec
 
 
+def _stop_at_threshold(
+    job: JobConfig,
+    cluster: ClusterConfig,
+    estimator: tf.estimator.Estimator,
+    preemption: Preemption,
+    train_spec: tf.estimator.TrainSpec,
+    eval_spec: tf.estimator.EvalSpec,
+) -> Tuple[tf.estimator.TrainSpec, tf.estimator.EvalSpec]:
+    """The specs with `--stop_threshold`'s early stopping, which every task follows.
+
+    The chief reads the evaluations' accuracy after every checkpoint; the
+    evaluator ends once it evaluated the step the job stopped at.
+    """
+    hook = tf.estimator.experimental.stop_if_higher_hook(
+        estimator,
+        "accuracy",
+        job.stop_threshold,
+        run_every_secs=None,
+        run_every_steps=job.run.save_checkpoints_steps,
+    )
+    hooks = early_stopping.agreed([hook], preemption, cluster.is_chief)
+    final = early_stopping.FinalEvaluationExporter(job.run.model_dir)
+    return (
+        train_spec._replace(hooks=(*train_spec.hooks, *hooks)),
+        eval_spec._replace(exporters=(*eval_spec.exporters, final)),
+    )
+
+
 def _train(
     job: JobConfig,
+    cluster: ClusterConfig,
     estimator: tf.estimator.Estimator,
     train_spec: tf.estimator.TrainSpec,
     eval_spec: tf.estimator.EvalSpec,
@@ -243,6 +279,8 @@ def _train(
     started = time.monotonic()
     try:
         tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+    except early_stopping.StoppedEarly as stopped:
+        logging.info("estimator_dist: the evaluator ends: it %s.", stopped)
     except tf.errors.OpError as error:
         step = watchdog.step if isinstance(watchdog, Watchdog) else None
         explained = explain_training_error(error, step, time.monotonic() - started, model_dir)
@@ -265,4 +303,6 @@ def _train(
         watchdog.stop()
     preemption.finished()
     preemption.uninstall()
+    if preemption.stop_at is not None and not preemption.requested:
+        early_stopping.record_stop(model_dir, preemption, cluster)
     logging.info("Training finished in %.1f s.", time.monotonic() - started)

@@ -23,6 +23,7 @@ preemption hook stops them.
 
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Any, Callable, List, Optional
 
@@ -41,7 +42,22 @@ def is_early_stopping(hook: Any) -> bool:
     return isinstance(hook, _DECIDING + _FOLLOWING)
 
 
-def _name(should_stop: Callable[[], bool]) -> str:
+def describe(should_stop: Callable[[], bool]) -> str:
+    """What an early-stopping predicate waits for, in words, for logs and the run record.
+
+    TensorFlow's own predicates say it in their closures; any other is named.
+    """
+    try:
+        seen = inspect.getclosurevars(should_stop).nonlocals
+    except TypeError:  # Not a Python function.
+        seen = {}
+    if "threshold" in seen:
+        return f"{seen['metric_name']} {seen['greater_or_lesser']} {seen['threshold']:g}"
+    if "max_steps_without_improvement" in seen:
+        return (
+            f"no {seen['increase_or_decrease']} of {seen['metric_name']} in "
+            f"{seen['max_steps_without_improvement']} steps"
+        )
     return getattr(should_stop, "__qualname__", repr(should_stop)).replace(".<locals>", "")
 
 
@@ -74,7 +90,7 @@ class AgreedStopHook(tf.compat.v1.train.SessionRunHook):
         self._timer.update_last_triggered_step(step)
         if self._should_stop():
             self.requested_at = step
-            reason = _name(self._should_stop)
+            reason = describe(self._should_stop)
             logging.info(
                 "estimator_dist: %s asks to stop at global step %d; every task stops at one "
                 "step a little ahead, which the chief checkpoints.",
@@ -141,7 +157,7 @@ class FinalEvaluationExporter(tf.estimator.Exporter):
         eval_result: Any,
         is_the_final_export: bool,
     ) -> str:
-        from estimator_dist import last_step, records
+        from estimator_dist import last_step
 
         decision = last_step.read_decision(self._model_dir) or {}
         early = str(decision.get("how", "")).startswith(EARLY_STOP)
@@ -149,10 +165,46 @@ class FinalEvaluationExporter(tf.estimator.Exporter):
             return ""
         if int(eval_result["global_step"]) < int(decision["last_step"]):
             return ""
-        path = os.path.join(self._model_dir, records.METRICS_FILE)
-        record = records.read_json(path) or {}
-        records.write_json(path, {**record, "final": True})
+        mark_final(self._model_dir)
         raise StoppedEarly(
             f"evaluated global step {eval_result['global_step']}, where {decision['how']} "
             "ended training"
         )
+
+
+def record_stop(model_dir: str, preemption: Preemption, cluster: Any) -> None:
+    """After an early stop, says where training ended; the chief records it.
+
+    Each task prints the step on the line the launcher reads the last step
+    from; the chief writes it, with the reason, into `model_dir/last_step.json`
+    (which the evaluator takes as the last step) and `run_record.json`
+    (`"stopped_early"`).
+    """
+    import sys
+
+    from estimator_dist import last_step, records
+    from estimator_dist.script_config import MAX_STEPS_MARKER
+
+    step, reason = preemption.stop_at, preemption.reason
+    logging.info("estimator_dist: training ended at global step %d: %s.", step, reason)
+    print(f"{MAX_STEPS_MARKER}{step} in model_dir {model_dir} (task {cluster.role}; {reason})")
+    sys.stdout.flush()
+    if not cluster.is_chief:
+        return
+    decision = last_step.read_decision(model_dir) or {}
+    last_step.write_decision(model_dir, {**decision, "last_step": step, "how": reason})
+    path = os.path.join(model_dir, records.RUN_RECORD_FILE)
+    record = records.read_json(path) or {}
+    records.write_json(path, {**record, "stopped_early": {"step": step, "reason": reason}})
+
+
+def mark_final(model_dir: str) -> Optional[dict]:
+    """Marks the latest evaluation in `model_dir/eval_metrics.json` final; returns its metrics."""
+    from estimator_dist import records
+
+    path = os.path.join(model_dir, records.METRICS_FILE)
+    record = records.read_json(path)
+    if record is None:
+        return None
+    records.write_json(path, {**record, "final": True})
+    return record["metrics"]

@@ -43,8 +43,6 @@ from estimator_dist.console import SUPERVISED_ENV
 REFUSED: Mapping[str, str] = {
     "clean": "estimator_dist resumes from model_dir's checkpoints; to start afresh, give a "
     "new --model_dir or delete the old one yourself",
-    "stop_threshold": "training runs to --train_steps or --train_epochs; keep the best model "
-    "with --export=best --export_best_by=accuracy:max",
     "hooks": "the progress line (every --log_step_count_steps) and --trace_every_steps take "
     "the place of Model Garden's logging and profiler hooks",
     "export_dir": "--export writes SavedModels under model_dir/export/",
@@ -157,6 +155,14 @@ def define_flags(flag_values: flags.FlagValues) -> None:
         "Model Garden's ResNet depth (6n+2: 20, 32, 56, ...): --model_fn=resnet_cifar "
         "with --params=depth=N.",
         lower_bound=8,
+        flag_values=f,
+    )
+    flags.DEFINE_float(
+        "stop_threshold",
+        None,
+        "Model Garden's early stopping: once an evaluation's accuracy reaches this, every task "
+        "stops at one step a little ahead, which the chief checkpoints, and the job ends "
+        "(exit 0) with the final evaluation of that step.",
         flag_values=f,
     )
     for alias, original in ALIASES.items():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any, Mapping, Optional, Tuple
 
 from estimator_dist import export
@@ -51,6 +52,8 @@ class JobConfig:
         evaluation input_fn; None calls `input_fn` with mode EVAL.
       eval_params: Parameters for the evaluation input_fn, over `params`.
       train_steps: Global steps to train; every task stops there.
+      stop_threshold: Early stopping: every task stops at one checkpointed step
+        once an evaluation's accuracy reaches it (Model Garden's flag), or None.
       eval_steps: Evaluation batches; None reads the whole evaluation data,
         or `user_code.DEFAULT_EVAL_STEPS` batches of an input that repeats
         forever.
@@ -106,6 +109,7 @@ class JobConfig:
     eval_input_fn: Optional[str] = None
     eval_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     train_steps: int = 1000
+    stop_threshold: Optional[float] = None
     eval_steps: Optional[int] = None
     batch_size: int = 64
     gradient_accumulation_steps: int = 1
@@ -158,6 +162,11 @@ class JobConfig:
         if self.trace_every_steps is not None and self.trace_every_steps < 1:
             raise UsageError(
                 f"trace_every_steps must be at least 1 or None, received {self.trace_every_steps}."
+            )
+        if self.stop_threshold is not None and not math.isfinite(self.stop_threshold):
+            raise UsageError(
+                f"--stop_threshold must be a number (an accuracy such as 0.9), received "
+                f"{self.stop_threshold}."
             )
         if self.train_steps < 1:
             raise UsageError(f"train_steps must be at least 1, received {self.train_steps}.")

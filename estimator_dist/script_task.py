@@ -292,7 +292,7 @@ class ScriptTask:
             preemption.finished()
             self.last_step_reached = preemption.stop_at
             if preemption.stop_at is not None:
-                self._stopped_early(model_dir, preemption)
+                early_stopping.record_stop(model_dir, preemption, self._cluster)
         finally:
             preemption.uninstall()
         if not cluster.is_distributed:
@@ -348,24 +348,6 @@ class ScriptTask:
             record["last_step"] = decision  # How the last step was found, on a cluster.
             records.write_json(os.path.join(model_dir, records.RUN_RECORD_FILE), record)
         return model_dir, last
-
-    def _stopped_early(self, model_dir: str, preemption: Preemption) -> None:
-        """After early stopping, the chief records the step and why, for the evaluator and users."""
-        from estimator_dist import last_step, records
-
-        step, reason = preemption.stop_at, preemption.reason
-        logging.info("estimator_dist: training ended at global step %d: %s.", step, reason)
-        role = self._cluster.role
-        print(f"{MAX_STEPS_MARKER}{step} in model_dir {model_dir} (task {role}; {reason})")
-        sys.stdout.flush()
-        if not self._cluster.is_chief:
-            return
-        decision = last_step.read_decision(model_dir) or {}
-        last_step.write_decision(model_dir, {**decision, "last_step": step, "how": reason})
-        path = os.path.join(model_dir, records.RUN_RECORD_FILE)
-        record = records.read_json(path) or {}
-        record["stopped_early"] = {"step": step, "reason": reason}
-        records.write_json(path, record)
 
     def _specs(
         self,

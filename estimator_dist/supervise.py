@@ -352,7 +352,9 @@ class Launcher:
             return Failure(f"{task.name} exited before training ended", exit_codes.STALLED)
         if task.config.task_type not in (CHIEF, WORKER):
             return None
-        last = train_steps if train_steps is not None else self.reported_steps
+        # A step the tasks printed (a script's max_steps, or where early stopping ended training)
+        # comes before the job's own.
+        last = self.reported_steps if self.reported_steps is not None else train_steps
         if last is None:
             return Failure(
                 f"{task.name} exited with code 0 without saying which step training ends at "

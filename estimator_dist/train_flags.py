@@ -349,6 +349,7 @@ def job_from_flags(f: flags.FlagValues = flags.FLAGS) -> JobConfig:
             eval_input_fn=garden.eval_input_fn,
             eval_params=parse_params_flag(f.eval_params),
             train_steps=garden.train_steps,
+            stop_threshold=f.stop_threshold,
             eval_steps=f.eval_steps,
             batch_size=f.batch_size,
             learning_rate=f.learning_rate,
