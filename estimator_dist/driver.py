@@ -99,7 +99,11 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
             job, cluster, estimator, preemption, train_spec, eval_spec
         )
     _train(job, cluster, estimator, train_spec, eval_spec, watchdog, preemption)
-    if cluster.task_type is None and exporter.final_metrics is None and preemption.stop_at:
+    if (
+        cluster.task_type is None
+        and exporter.final_metrics is None
+        and early_stopping.stopped_early(preemption)
+    ):
         # One process stopped early: its last evaluation, of the step it stopped at, is final.
         return early_stopping.mark_final(job.run.model_dir)
     if cluster.task_type in (None, EVALUATOR):
@@ -257,7 +261,7 @@ def _stop_at_threshold(
         run_every_secs=None,
         run_every_steps=job.run.save_checkpoints_steps,
     )
-    hooks = early_stopping.agreed([hook], preemption, cluster.is_chief)
+    hooks = early_stopping.agreed([hook], preemption, cluster, job.preemption_checkpoint)
     final = early_stopping.FinalEvaluationExporter(job.run.model_dir)
     return (
         train_spec._replace(hooks=(*train_spec.hooks, *hooks)),
@@ -303,6 +307,6 @@ def _train(
         watchdog.stop()
     preemption.finished()
     preemption.uninstall()
-    if preemption.stop_at is not None and not preemption.requested:
+    if early_stopping.stopped_early(preemption):
         early_stopping.record_stop(model_dir, preemption, cluster)
     logging.info("Training finished in %.1f s.", time.monotonic() - started)

@@ -31,6 +31,7 @@ import tensorflow as tf
 from absl import logging
 from tensorflow_estimator.python.estimator import early_stopping
 
+from estimator_dist.base.errors import UsageError
 from estimator_dist.preemption import EARLY_STOP, Preemption
 
 _DECIDING = (early_stopping._StopOnPredicateHook, early_stopping._MultiWorkerEarlyStoppingHook)
@@ -68,12 +69,21 @@ class AgreedStopHook(tf.compat.v1.train.SessionRunHook):
       should_stop: The predicate of the replaced hook.
       timer: Its `SecondOrStepTimer`.
       preemption: The task's preemption channel, whose chief decides the stop step.
+      alone: One process: stop after this step, as Estimator's hook does, and
+        only record the reason on `preemption`.
     """
 
-    def __init__(self, should_stop: Callable[[], bool], timer: Any, preemption: Preemption) -> None:
+    def __init__(
+        self,
+        should_stop: Callable[[], bool],
+        timer: Any,
+        preemption: Preemption,
+        alone: bool = False,
+    ) -> None:
         self._should_stop = should_stop
         self._timer = timer
         self._preemption = preemption
+        self._alone = alone
         self._global_step: Optional[tf.Tensor] = None
         self.requested_at: Optional[int] = None
 
@@ -91,6 +101,10 @@ class AgreedStopHook(tf.compat.v1.train.SessionRunHook):
         if self._should_stop():
             self.requested_at = step
             reason = describe(self._should_stop)
+            if self._alone:  # One process stops where Estimator's own hook would.
+                self._preemption.reason = f"{EARLY_STOP}: {reason}"
+                run_context.request_stop()
+                return
             logging.info(
                 "estimator_dist: %s asks to stop at global step %d; every task stops at one "
                 "step a little ahead, which the chief checkpoints.",
@@ -100,32 +114,60 @@ class AgreedStopHook(tf.compat.v1.train.SessionRunHook):
             self._preemption.request_stop(step, reason)
 
 
-def agreed(hooks: List[Any], preemption: Optional[Preemption], is_chief: bool) -> List[Any]:
+def agreed(hooks: List[Any], preemption: Preemption, cluster: Any, channel: bool) -> List[Any]:
     """`hooks` with TensorFlow's early-stopping hooks replaced by ones every task follows.
 
     Args:
       hooks: A TrainSpec's hooks.
-      preemption: The task's preemption channel; None (preemption off)
-        keeps the hooks as they are, with a warning.
-      is_chief: The chief (or a single process) decides; other tasks drop the hooks.
+      preemption: The task's preemption channel.
+      cluster: The task's `ClusterConfig`: on a cluster the chief decides and
+        the other tasks drop the hooks; one process stops where Estimator would.
+      channel: Whether the preemption channel runs (not `--nopreemption_checkpoint`).
+
+    Returns:
+      The hooks to train with.
+
+    Raises:
+      UsageError: early stopping on a cluster with the channel off: the chief
+        alone would stop, and the other tasks would wait for it forever.
     """
-    found = [hook for hook in hooks if is_early_stopping(hook)]
-    if not found:
+    if not any(is_early_stopping(hook) for hook in hooks):
         return list(hooks)
-    if preemption is None:
-        logging.warning(
-            "estimator_dist: early-stopping hooks kept as they are, since "
-            "--nopreemption_checkpoint turned off the channel that stops every task at one "
-            "step: on a cluster the chief alone would stop."
+    if cluster.is_distributed and not channel:
+        raise UsageError(
+            "the training hooks include an early-stopping hook, which on a cluster needs the "
+            "channel that stops every task at one step, and --nopreemption_checkpoint turned it "
+            "off: the chief alone would stop and the other tasks would wait forever. Drop "
+            "--nopreemption_checkpoint."
         )
-        return list(hooks)
     replaced = []
     for hook in hooks:
         if not is_early_stopping(hook):
             replaced.append(hook)
-        elif is_chief and isinstance(hook, _DECIDING):
-            replaced.append(AgreedStopHook(hook._should_stop_fn, hook._timer, preemption))
+        elif cluster.is_chief and isinstance(hook, _DECIDING):
+            alone = not cluster.is_distributed
+            replaced.append(AgreedStopHook(hook._should_stop_fn, hook._timer, preemption, alone))
     return replaced
+
+
+def stopped_early(preemption: Preemption) -> bool:
+    """Whether early stopping (not a signal) ended this task's training."""
+    reason = preemption.reason or ""
+    return reason.startswith(EARLY_STOP) and not preemption.requested
+
+
+def decided_stop(model_dir: str) -> Optional[int]:
+    """The step early stopping chose, as the chief decided or recorded it, or None."""
+    from estimator_dist import last_step, records
+    from estimator_dist.preemption import DECISION_FILE, PREEMPTION_DIR
+
+    decided = records.read_json(os.path.join(model_dir, PREEMPTION_DIR, DECISION_FILE)) or {}
+    if str(decided.get("reason", "")).startswith(EARLY_STOP):
+        return int(decided["stop_at"])
+    recorded = last_step.read_decision(model_dir) or {}
+    if str(recorded.get("how", "")).startswith(EARLY_STOP):
+        return int(recorded["last_step"])
+    return None
 
 
 class StoppedEarly(Exception):
@@ -157,45 +199,49 @@ class FinalEvaluationExporter(tf.estimator.Exporter):
         eval_result: Any,
         is_the_final_export: bool,
     ) -> str:
-        from estimator_dist import last_step
-
-        decision = last_step.read_decision(self._model_dir) or {}
-        early = str(decision.get("how", "")).startswith(EARLY_STOP)
-        if is_the_final_export or not early:
-            return ""
-        if int(eval_result["global_step"]) < int(decision["last_step"]):
+        stop = None if is_the_final_export else decided_stop(self._model_dir)
+        if stop is None or int(eval_result["global_step"]) < stop:
             return ""
         mark_final(self._model_dir)
         raise StoppedEarly(
-            f"evaluated global step {eval_result['global_step']}, where {decision['how']} "
-            "ended training"
+            f"evaluated global step {eval_result['global_step']}, where early stopping ended "
+            "training"
         )
 
 
-def record_stop(model_dir: str, preemption: Preemption, cluster: Any) -> None:
+def record_stop(model_dir: str, preemption: Preemption, cluster: Any) -> int:
     """After an early stop, says where training ended; the chief records it.
 
     Each task prints the step on the line the launcher reads the last step
     from; the chief writes it, with the reason, into `model_dir/last_step.json`
     (which the evaluator takes as the last step) and `run_record.json`
     (`"stopped_early"`).
+
+    Returns:
+      The global step training ended at.
     """
     import sys
 
     from estimator_dist import last_step, records
     from estimator_dist.script_config import MAX_STEPS_MARKER
 
-    step, reason = preemption.stop_at, preemption.reason
+    reason = preemption.reason
+    # Training may have reached its last step before the step early stopping chose.
+    ended = preemption.ended_at
+    if ended is None:  # One process without the preemption hook: the chief's own checkpoint.
+        ended = records.checkpoint_step(model_dir)
+    step = min(ended, preemption.stop_at or ended)
     logging.info("estimator_dist: training ended at global step %d: %s.", step, reason)
     print(f"{MAX_STEPS_MARKER}{step} in model_dir {model_dir} (task {cluster.role}; {reason})")
     sys.stdout.flush()
     if not cluster.is_chief:
-        return
+        return step
     decision = last_step.read_decision(model_dir) or {}
     last_step.write_decision(model_dir, {**decision, "last_step": step, "how": reason})
     path = os.path.join(model_dir, records.RUN_RECORD_FILE)
     record = records.read_json(path) or {}
     records.write_json(path, {**record, "stopped_early": {"step": step, "reason": reason}})
+    return step
 
 
 def mark_final(model_dir: str) -> Optional[dict]:

@@ -28,9 +28,8 @@ from typing import Callable, Mapping, Optional, Tuple
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist import last_step
+from estimator_dist import early_stopping
 from estimator_dist.base import exit_codes, tf_patches
-from estimator_dist.preemption import EARLY_STOP
 from estimator_dist.watchdog import EVAL_UNENDING_MESSAGE, fail, unreachable
 from estimator_dist.watchdog_hooks import EvaluationHook
 
@@ -168,9 +167,9 @@ class EvaluatorWatchdog:
         Early stopping may end training sooner: the chief then writes the step
         it stopped at into `last_step.json`, which becomes the last step here.
         """
-        decision = last_step.read_decision(self._model_dir) or {}
-        if str(decision.get("how", "")).startswith(EARLY_STOP):
-            self.last_step = min(int(decision["last_step"]), self.last_step or sys.maxsize)
+        stop = early_stopping.decided_stop(self._model_dir)
+        if stop is not None:
+            self.last_step = min(stop, self.last_step or sys.maxsize)
         return reached(_latest(self._model_dir)[1], self.last_step)
 
     def check(self, sleeping: Optional[bool] = None) -> None:

@@ -126,6 +126,11 @@ class Preemption:
         stopping_early = self.reason is not None and self.reason.startswith(EARLY_STOP)
         return self._signalled_at is not None or (self.stop_at is not None and not stopping_early)
 
+    @property
+    def ended_at(self) -> Optional[int]:
+        """The global step this task's training session ended at (None before its end)."""
+        return self._step
+
     def request_stop(self, step: int, reason: str) -> None:
         """Asks to stop the job at one checkpointed step, as a signal does; tasks go on (exit 0)."""
         request = {"role": self._role, "step": step, "signal": f"{EARLY_STOP}: {reason}"}
@@ -321,10 +326,7 @@ class Preemption:
         )
 
     def session_started(self, step: int) -> None:
-        """Records the global step this session starts from (restored or 0).
-
-        The chief clears the previous attempt's requests and decision first.
-        """
+        """Records the session's start step; the chief first clears the previous requests."""
         if self._is_chief:
             with self._lock:
                 signalled = self._signalled_at is not None

@@ -37,20 +37,17 @@ as plain Estimator runs them.
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import json
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
-import numpy as np
 import tensorflow as tf
 from absl import logging
 
 from estimator_dist import records
 from estimator_dist.base.cluster import CHIEF, EVALUATOR, WORKER, ClusterConfig
-from estimator_dist.base.errors import PeerFailureError, UsageError
+from estimator_dist.base.errors import ClusterTimeoutError, PeerFailureError, UsageError
+from estimator_dist.script_results import clear, decode_metrics, encode_metrics, local_copy
 
 if TYPE_CHECKING:
     from estimator_dist.script_task import ScriptTask
@@ -72,62 +69,16 @@ NO_STEPS = (
 
 #: What the evaluator says when it leaves a train()/evaluate() program.
 EVALUATOR_LEAVES = (
-    "estimator_dist: this program trains with estimator.{method}() calls, not "
-    "train_and_evaluate: the chief computes each evaluate() on the checkpoint of its "
-    "training segment and every task gets the same result, so the evaluator task has "
-    "nothing to do and ends here (exit 0)."
+    "estimator_dist: the program calls estimator.{method}() outside train_and_evaluate: on a "
+    "cluster the chief and the workers run it, and the chief shares each evaluate() result "
+    "with them, so the evaluator task has no part in it and ends here (exit 0)."
 )
 
 
-def encode_metrics(metrics: Mapping[str, Any]) -> Dict[str, dict]:
-    """A JSON form of an evaluation's dict that `decode_metrics` turns back, types included.
-
-    >>> decode_metrics(encode_metrics({"loss": np.float32(0.5), "global_step": np.int64(3)}))
-    {'loss': 0.5, 'global_step': 3}
-    """
-    encoded = {}
-    for name, value in metrics.items():
-        array = np.asarray(value)
-        encoded[name] = {"dtype": array.dtype.str, "value": array.tolist()}
-    return encoded
-
-
-def decode_metrics(encoded: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
-    """The dict `encode_metrics` encoded: numpy scalars and arrays of the same dtypes."""
-    return {
-        name: np.asarray(entry["value"], dtype=np.dtype(entry["dtype"]))[()]
-        for name, entry in encoded.items()
-    }
-
-
-def _clear(target: str, model_dir: str, keep: Tuple[str, ...]) -> None:
-    """Deletes `target` (model_dir or a directory above it), keeping model_dir's `keep` entries."""
-    if not tf.io.gfile.exists(target):
-        return
-    for name in tf.io.gfile.listdir(target):
-        entry = os.path.join(target, name.rstrip("/"))
-        if entry == model_dir or model_dir.startswith(entry.rstrip("/") + "/"):
-            _clear(entry, model_dir, keep)
-        elif not (target == model_dir and name.rstrip("/") in keep):
-            if tf.io.gfile.isdir(entry):
-                tf.io.gfile.rmtree(entry)
-            else:
-                tf.io.gfile.remove(entry)
-
-
-def _local_copy(estimator: Any) -> Any:
-    """A copy of `estimator` that evaluates in a local session, outside the cluster."""
-    local = copy.deepcopy(estimator)
-    config = local._config
-    config._distribute_coordinator_mode = None
-    config._train_distribute = config._eval_distribute = None
-    config._cluster_spec = tf.train.ClusterSpec({})
-    config._task_type, config._task_id = None, 0
-    config._master = config._evaluation_master = ""
-    config._num_worker_replicas, config._num_ps_replicas = 1, 0
-    local._train_distribution = local._eval_distribution = None
-    local._device_fn = None
-    return local
+def _related(path: str, model_dir: str) -> bool:
+    """Whether `path` is model_dir, a directory above it, or anything below it."""
+    above, below = path.rstrip("/") + "/", model_dir.rstrip("/") + "/"
+    return below.startswith(above) or above.startswith(below)
 
 
 class LoopTask:
@@ -144,11 +95,13 @@ class LoopTask:
         self._task = task
         self._cluster = cluster
         self._stall_timeout = stall_timeout
-        self._calls = {"train": 0, "evaluate": 0, "export": 0, "rmtree": 0}
+        self._calls = {"train": 0, "evaluate": 0, "export": 0, "rmtree": 0, "count": 0}
         # The global step the last segment ended at; None before the first call.
         self._step: Optional[int] = None
         self._model_dir: Optional[str] = None
         self.evaluated = False
+        # Whether this task's TensorFlow server runs (from the first training segment on).
+        self._serving = False
 
     def _enter(self, estimator: Any, method: str) -> str:
         """Joins the cluster at the program's first call; returns the results directory.
@@ -188,11 +141,16 @@ class LoopTask:
         It ends where Estimator's `train()` would: at `max_steps`, after `steps`
         more steps, or where the input ends, on the task whose input ends first.
         """
-        results = self._enter(estimator, "train")
+        self._enter(estimator, "train")
+        # Estimator's own checks, with its messages.
+        if steps is not None and max_steps is not None:
+            raise ValueError("Can not provide both steps and max_steps.")
         if steps is not None and steps <= 0:
-            raise UsageError(f"estimator.train(steps={steps}): steps must be positive.")
+            raise ValueError(f"Must specify steps > 0, given: {steps}")
+        if max_steps is not None and max_steps <= 0:
+            raise ValueError(f"Must specify max_steps > 0, given: {max_steps}")
         self._calls["train"] += 1
-        wanted = max_steps if max_steps is not None else None
+        wanted = max_steps
         if steps is not None:
             wanted = self._step + steps
         if wanted is not None and wanted <= self._step:
@@ -202,7 +160,7 @@ class LoopTask:
                 self._step,
             )
             return estimator
-        fewest = self._agreed_batches(estimator, input_fn, results, wanted)
+        fewest = self._agreed_batches(estimator, input_fn, wanted)
         target = wanted if fewest is None else self._step + fewest
         if wanted is not None:
             target = min(target, wanted)
@@ -217,39 +175,65 @@ class LoopTask:
         # No evaluation runs on a training task of a cluster: the spec is never read.
         eval_spec = tf.estimator.EvalSpec(input_fn, steps=1, start_delay_secs=0, throttle_secs=0)
         del original  # Estimator.train refuses a cluster: TensorFlow's train_and_evaluate runs.
-        self._task.train_and_evaluate(
-            self._task.original_train_and_evaluate, estimator, train_spec, eval_spec
-        )
+        self._task.segment_target = target
+        try:
+            self._task.train_and_evaluate(
+                self._task.original_train_and_evaluate, estimator, train_spec, eval_spec
+            )
+        finally:
+            self._task.segment_target = None
+        self._serving = True
         self._step = self._task.last_step_reached or target
         return estimator
 
-    def _agreed_batches(
-        self, estimator: Any, input_fn: Callable, results: str, wanted: Optional[int]
-    ) -> Optional[int]:
-        """The fewest batches any training task's input yields, or None if none ends.
+    def exchange_counts(
+        self, estimator: Any, input_fn: Callable, wanted: Optional[int]
+    ) -> Dict[str, Any]:
+        """Every training task's count of the batches its input yields, by role.
 
         Each training task counts its own input (`estimator_dist.last_step`:
-        cardinality, else reading it in a throwaway graph up to the batches
-        `wanted` needs, within a time bound) and leaves the count beside the
-        chief's results; every task reads all of them.
+        cardinality, else reading it in a throwaway graph, up to the batches
+        `wanted` more steps need, within a time bound) and leaves the count
+        beside the chief's results; every task reads all of them, waiting at
+        most the start-up timeout (the counts' own bound is half of it).
 
-        Raises:
-          UsageError: `train()` until the input ends, over an input that never ends.
+        Args:
+          estimator: The estimator that will train.
+          input_fn: Its training input function.
+          wanted: The steps the call trains at most, or None: until the input ends.
+
+        Returns:
+          `last_step.count_input`'s dict, with `start`, by role.
         """
         from estimator_dist import last_step
 
         config = self._task.config
         count = last_step.count_for_task(
             self._cluster, estimator, input_fn, wanted, config.startup_timeout
-        ) or {"batches": None, "how": "not counted with parameter servers"}
-        segment, role = self._calls["train"], self._cluster.role
-        records.write_json(os.path.join(results, f"count-{segment}-{role}.json"), count)
+        ) or {"batches": None, "how": "not counted with parameter servers", "start": 0}
+        self._calls["count"] += 1
+        call, role = self._calls["count"], self._cluster.role
+        results = self._results_dir()
+        records.write_json(os.path.join(results, f"count-{call}-{role}.json"), count)
         workers = self._cluster.jobs.get(WORKER, [])
         roles = [f"{CHIEF}-0"] + [f"{WORKER}-{i}" for i in range(len(workers))]
-        counts = {
-            other: self._wait_for(os.path.join(results, f"count-{segment}-{other}.json"), "count")
+        deadline = time.monotonic() + config.startup_timeout
+        return {
+            other: self._wait_for(
+                os.path.join(results, f"count-{call}-{other}.json"), "count", deadline=deadline
+            )
             for other in roles
         }
+
+    def _agreed_batches(
+        self, estimator: Any, input_fn: Callable, wanted: Optional[int]
+    ) -> Optional[int]:
+        """The fewest batches any training task's input yields, or None if none ends.
+
+        Raises:
+          UsageError: `train()` until the input ends, over an input that never ends.
+        """
+        counts = self.exchange_counts(estimator, input_fn, wanted)
         finite = {other: c["batches"] for other, c in counts.items() if c["batches"] is not None}
         if not finite:
             if wanted is None:
@@ -282,7 +266,7 @@ class LoopTask:
         self._calls["evaluate"] += 1
         path = os.path.join(results, f"evaluate-{self._calls['evaluate']}.json")
         if self._cluster.task_type == CHIEF:
-            local = _local_copy(estimator)
+            local = local_copy(estimator)
             checkpoint = checkpoint_path or tf.train.latest_checkpoint(self._model_dir)
             metrics = original(local, input_fn, steps, hooks, checkpoint, name)
             encoded = encode_metrics(metrics)
@@ -312,25 +296,50 @@ class LoopTask:
         shown = self._wait_for(path, "export")["path"]
         return shown.encode()
 
-    def _wait_for(self, path: str, what: str, peer: Optional[Tuple[str, str]] = None) -> dict:
-        """Reads the result at `path` once written; fails if its writer is gone.
+    def _wait_for(
+        self,
+        path: str,
+        what: str,
+        peer: Optional[Tuple[str, str]] = None,
+        deadline: Optional[float] = None,
+    ) -> dict:
+        """Reads the result at `path` once written; fails if its writer is gone or too late.
 
         Args:
           path: The file the writer leaves.
           what: What the file holds, for the message.
-          peer: The writer's (role, address); the chief by default.
+          peer: The writer's (role, address); the chief by default. Once the
+            tasks' servers run (after the first training segment), a writer
+            whose port stays silent for the stall timeout is gone (exit 150).
+          deadline: `time.monotonic()` by which the file must exist (exit 151
+            after it); by default the start-up timeout while no server runs.
+
+        Returns:
+          The file's JSON object.
+
+        Raises:
+          PeerFailureError: the writer's port went silent.
+          ClusterTimeoutError: the deadline passed.
         """
         from estimator_dist.watchdog import unreachable
 
         role, address = peer or (f"{CHIEF}-0", self._cluster.jobs[CHIEF][0])
+        if deadline is None and not self._serving:
+            deadline = time.monotonic() + self._task.config.startup_timeout
         silent_since: Optional[float] = None
         last_probe = time.monotonic()
         while True:
-            with contextlib.suppress(tf.errors.NotFoundError, ValueError):
-                with tf.io.gfile.GFile(path) as stream:
-                    return json.loads(stream.read())
+            found = records.read_json(path)
+            if found is not None:
+                return found
             now = time.monotonic()
-            if now - last_probe >= 1.0:
+            if deadline is not None and now > deadline:
+                raise ClusterTimeoutError(
+                    f"task {self._cluster.role} waited for {role}'s {what} ({path}) until the "
+                    f"--startup_timeout of {self._task.config.startup_timeout:g} s ran out: "
+                    f"{role} is stuck or gone. The job restarts from the latest checkpoint."
+                )
+            if deadline is None and now - last_probe >= 1.0:
                 last_probe = now
                 if not unreachable({role: address}):
                     silent_since = None
@@ -356,12 +365,18 @@ class LoopTask:
         """
         model_dir = self._task.config.model_dir
         target = os.path.abspath(os.fspath(path)) if "://" not in str(path) else str(path)
-        inside = model_dir is not None and (model_dir + os.sep).startswith(target.rstrip("/") + "/")
-        if not inside:
+        if model_dir is None or not _related(target, model_dir):
             return original(path, *args, **kwargs)
+        if not (model_dir + "/").startswith(target.rstrip("/") + "/"):
+            # Below model_dir (an export directory): the chief's alone, or a task would
+            # delete what the chief has just written there.
+            if self._cluster.is_chief:
+                return original(path, *args, **kwargs)
+            logging.info("estimator_dist: %s is deleted by the chief, not here.", target)
+            return None
         if self._step is None:  # Not met yet: the rendezvous comes after the chief's clearing.
             if self._cluster.is_chief:
-                _clear(target, model_dir, keep=(LOG_DIR, LOOP_DIR))
+                clear(target, model_dir, keep=(LOG_DIR, LOOP_DIR))
             else:
                 logging.info("estimator_dist: %s is cleared by the chief, not here.", target)
             return None
@@ -374,7 +389,7 @@ class LoopTask:
             for role, address in self._peers().items():
                 arrived = os.path.join(results, f"rmtree-{call}-{role}.json")
                 self._wait_for(arrived, "arrival at the same rmtree()", (role, address))
-            _clear(target, model_dir, keep=(LOG_DIR, LOOP_DIR))
+            clear(target, model_dir, keep=(LOG_DIR, LOOP_DIR))
             records.write_json(done, {"cleared": target})
         else:
             arrived = os.path.join(results, f"rmtree-{call}-{self._cluster.role}.json")
@@ -394,8 +409,9 @@ class LoopTask:
         if self._cluster.task_type != CHIEF or not self.evaluated:
             return
         path = os.path.join(self._model_dir, records.METRICS_FILE)
-        with tf.io.gfile.GFile(path) as stream:
-            record = json.loads(stream.read())
+        record = records.read_json(path)
+        if record is None:  # The program cleared model_dir after its last evaluation.
+            return
         records.write_json(path, {**record, "final": True})
         metrics = record["metrics"]
         print(f"estimator_dist: final evaluation: {records.format_metrics(metrics)}", flush=True)

@@ -92,6 +92,8 @@ class ScriptTask:
         #: The step the last training call stopped at when a decision ended it early.
         self.last_step_reached: Optional[int] = None
         self.loop = LoopTask(self, cluster, config.stall_timeout)
+        #: The last step a train() segment agreed on, while it trains.
+        self.segment_target: Optional[int] = None
         #: TensorFlow's own train_and_evaluate, while `installed()` replaces it.
         self.original_train_and_evaluate: Optional[Callable] = None
 
@@ -290,13 +292,13 @@ class ScriptTask:
                 if watchdog is not None:
                     watchdog.stop()
             preemption.finished()
-            self.last_step_reached = preemption.stop_at
-            if preemption.stop_at is not None:
-                early_stopping.record_stop(model_dir, preemption, self._cluster)
         finally:
             preemption.uninstall()
         if not cluster.is_distributed:
             last_step.finish_alone(estimator, exporter, result, model_dir, max_steps)
+        self.last_step_reached = None
+        if early_stopping.stopped_early(preemption):  # Recorded last: it says why training ended.
+            self.last_step_reached = early_stopping.record_stop(model_dir, preemption, cluster)
         return result
 
     def _prepare(self, estimator: Any, train_spec: Any) -> Tuple[str, Optional[int]]:
@@ -330,13 +332,16 @@ class ScriptTask:
             "strategy": distribution.name,
             "communication": distribution.communication,
         }
-        # Counted at the first call only: the rendezvous, once per process, carries the counts.
-        first, count = not self._joined, None
-        if first:
+        # The first call's counts travel with the rendezvous; a later call's through files. A
+        # train() segment's last step is agreed already.
+        counts: Dict[str, Any] = {}
+        if not self._joined:
             count = last_step.count_for_task(
                 cluster, estimator, train_spec.input_fn, max_steps, config.startup_timeout
             )
-        counts = self.join(estimator, model_dir, view, count) if first else {}
+            counts = self.join(estimator, model_dir, view, count)
+        elif training and not cluster.num_ps and self.segment_target is None:
+            counts = self.loop.exchange_counts(estimator, train_spec.input_fn, max_steps)
         tf.io.gfile.makedirs(model_dir)
         last, decision = last_step.decide_for_task(
             cluster, model_dir, counts, max_steps, config.startup_timeout, self._attempt
@@ -367,8 +372,9 @@ class ScriptTask:
 
         config = self._config
         params = estimator.params
-        channel = preemption if config.preemption_checkpoint else None
-        own_hooks = early_stopping.agreed(list(train_spec.hooks), channel, self._cluster.is_chief)
+        own_hooks = early_stopping.agreed(
+            list(train_spec.hooks), preemption, self._cluster, config.preemption_checkpoint
+        )
         train_hooks = [*own_hooks, self._startup.hook(), *preemption.hooks()]
         eval_hooks = list(eval_spec.hooks)
         if watchdog is not None:

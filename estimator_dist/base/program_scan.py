@@ -54,10 +54,10 @@ SEGMENT = "each call runs as one synchronised segment on every worker"
 RULES: Tuple[Rule, ...] = (
     Rule(
         "eager-iteration",
-        NO,
-        "iterates a dataset in Python at {where} (`for ... in {call}:`), which needs eager "
-        "execution: programs run in graph mode here; remove the loop, or run it only when "
-        "TF_CONFIG is not set",
+        UNKNOWN,
+        "`for ... in {call}:` at {where} looks like a Python loop over a dataset, which needs "
+        "eager execution, and programs run in graph mode here; if it is one, remove it or run "
+        "it only when TF_CONFIG is not set",
     ),
     Rule("train-and-evaluate", YES, "calls tf.estimator.train_and_evaluate at {where}"),
     Rule("estimator-train", YES, f"trains with estimator.train() at {{where}}: {SEGMENT}"),

@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_dist import early_stopping, script_loop, script_user
+from estimator_dist import early_stopping, script_results, script_user
+from estimator_dist.base.cluster import ClusterConfig, parse_tf_config
+from estimator_dist.base.errors import UsageError
 from estimator_dist.preemption import EARLY_STOP, Preemption
 from tests.procs import REPO, run_module
 
@@ -30,8 +32,8 @@ def test_metrics_cross_tasks_with_their_values_and_types():
         "auc": np.float64(1 / 3),
         "confusion": np.array([[1, 2], [3, 4]], np.int32),
     }
-    decoded = script_loop.decode_metrics(
-        json.loads(json.dumps(script_loop.encode_metrics(metrics)))
+    decoded = script_results.decode_metrics(
+        json.loads(json.dumps(script_results.encode_metrics(metrics)))
     )
     assert sorted(decoded) == sorted(metrics)
     for name, value in metrics.items():
@@ -48,19 +50,41 @@ def _estimator(tmp_path, tf_config, monkeypatch):
 
 @pytest.mark.parametrize("task_type", ["chief", "worker"])
 def test_early_stopping_hooks_are_decided_by_the_chief_alone(tmp_path, monkeypatch, task_type):
-    cluster = {"chief": ["localhost:1"], "worker": ["localhost:2"]}
-    estimator = _estimator(
-        tmp_path, {"cluster": cluster, "task": {"type": task_type, "index": 0}}, monkeypatch
-    )
+    tf_config = {
+        "cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"]},
+        "task": {"type": task_type, "index": 0},
+    }
+    estimator = _estimator(tmp_path, tf_config, monkeypatch)
+    cluster = parse_tf_config(json.dumps(tf_config))
     hook = tf.estimator.experimental.stop_if_higher_hook(estimator, "accuracy", 0.9)
     other = tf.compat.v1.train.StepCounterHook()
     preemption = Preemption(f"{task_type}-0", str(tmp_path), task_type)
-    hooks = early_stopping.agreed([hook, other], preemption, is_chief=task_type == "chief")
+    hooks = early_stopping.agreed([hook, other], preemption, cluster, channel=True)
     if task_type == "chief":
         assert [type(h) for h in hooks] == [early_stopping.AgreedStopHook, type(other)]
     else:
         assert hooks == [other]  # TensorFlow's _CheckForStoppingHook would wait forever.
-    assert early_stopping.agreed([hook, other], None, is_chief=True) == [hook, other]
+    # Without the channel the chief alone would stop: refused, with the fix.
+    with pytest.raises(UsageError, match="Drop --nopreemption_checkpoint"):
+        early_stopping.agreed([hook, other], preemption, cluster, channel=False)
+
+
+def test_one_process_stops_where_estimators_own_hook_would(tmp_path, monkeypatch):
+    estimator = _estimator(tmp_path, {}, monkeypatch)
+    hook = tf.estimator.experimental.stop_if_higher_hook(estimator, "accuracy", 0.9)
+    preemption = Preemption("local", str(tmp_path), "chief")
+    (agreed,) = early_stopping.agreed([hook], preemption, ClusterConfig(), channel=False)
+    requests = []
+
+    class Context:
+        def request_stop(self):
+            requests.append(True)
+
+    agreed._should_stop = lambda: True
+    agreed.after_run(Context(), tf.compat.v1.train.SessionRunValues(7, None, None))
+    assert requests == [True]  # After this step, no step ahead to agree on.
+    assert preemption.reason.startswith(EARLY_STOP) and preemption.stop_at is None
+    assert early_stopping.stopped_early(preemption)
 
 
 def test_a_stop_asked_by_early_stopping_is_decided_and_ends_with_no_preemption_exit(tmp_path):
@@ -134,6 +158,7 @@ def test_a_train_evaluate_loop_on_two_workers_equals_one_process(tmp_path):
     assert [cycle["global_step"] for cycle in history] == [[20, "<i8"], [40, "<i8"], [60, "<i8"]]
     assert history[-1]["accuracy"][1] == "<f4"
     reference = json.load(open(tmp_path / "alone_results" / "local.json"))["history"]
+    assert len(reference) == len(history) == 3
     for one, two in zip(reference, history):
         assert abs(one["loss"][0] - two["loss"][0]) <= 1e-5, (reference, history)
     np.testing.assert_allclose(_kernel(cluster), _kernel(alone), atol=1e-5)
@@ -142,7 +167,7 @@ def test_a_train_evaluate_loop_on_two_workers_equals_one_process(tmp_path):
     assert results["worker-0.json"]["predictions"] == 200
     final = run.json("eval_metrics.json")
     assert final["final"] and final["metrics"]["global_step"] == 60, final
-    assert "[evaluator] estimator_dist: this program trains with estimator.train()" in run.output
+    assert "[evaluator] estimator_dist: the program calls estimator.train() outside" in run.output
     assert "[launcher] final evaluation: global_step=60" in run.output
 
 
@@ -217,6 +242,8 @@ def test_early_stopping_in_one_process_ends_with_its_final_evaluation(tmp_path):
     )
     stopped = run.json("run_record.json")["stopped_early"]
     assert stopped["reason"].startswith(EARLY_STOP) and 0 < stopped["step"] < 100000
+    recorded = run.json("last_step.json")
+    assert (recorded["last_step"], recorded["how"]) == (stopped["step"], stopped["reason"])
     final = run.json("eval_metrics.json")
     assert final["final"] and final["metrics"]["global_step"] == stopped["step"], final
     assert tf.train.latest_checkpoint(model_dir).endswith(f"model.ckpt-{stopped['step']}")
