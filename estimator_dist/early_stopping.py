@@ -199,6 +199,7 @@ class FinalEvaluationExporter(tf.estimator.Exporter):
         eval_result: Any,
         is_the_final_export: bool,
     ) -> str:
+        """Ends the evaluator's loop (`StoppedEarly`) once it evaluated the step stopped at."""
         stop = None if is_the_final_export else decided_stop(self._model_dir)
         if stop is None or int(eval_result["global_step"]) < stop:
             return ""

@@ -96,7 +96,12 @@ def write_json(path: str, data: Mapping[str, Any]) -> None:
 
 @contextlib.contextmanager
 def model_dir_lock(model_dir: str, name: str) -> Iterator[None]:
-    """Serialises one step across the tasks sharing a local model_dir."""
+    """Serialises one step across the tasks sharing a local model_dir.
+
+    Args:
+      model_dir: The shared directory; a remote one (`gs://...`) is not locked.
+      name: Names the lock file, `model_dir/.<name>.lock`.
+    """
     if "://" in model_dir:
         yield
         return

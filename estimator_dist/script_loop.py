@@ -1,38 +1,24 @@
 """A legacy program's `train()` / `evaluate()` / `export_saved_model()` loop on a cluster.
 
-Many Estimator programs train in cycles instead of calling
-`train_and_evaluate`::
+Programs that train in cycles (`estimator.train(fn, steps=1000)`, then
+`results = estimator.evaluate(eval_fn)`, a branch on `results`, an export)
+are refused by TensorFlow on a task of a cluster ("Only STANDALONE_CLIENT mode
+is supported"). Every task runs the same program, so each makes the same calls
+in the same order; `LoopTask` gives each call a meaning every task agrees on:
 
-    for _ in range(cycles):
-        estimator.train(train_input_fn, steps=1000)
-        results = estimator.evaluate(eval_input_fn)
-        if results["accuracy"] > 0.95:
-            break
-    estimator.export_saved_model(export_dir, serving_input_receiver_fn)
+* `train()` on the chief and the workers: one synchronised segment, TensorFlow's
+  `train_and_evaluate` (through `ScriptTask`) to a target every task computes
+  alike: `max_steps`, the previous segment's end plus `steps`, or where the
+  input that yields the fewest batches ends (`exchange_counts`).
+* `evaluate()`: computed once, by the chief, on its segment's last checkpoint;
+  every task returns the chief's dict, with its numpy types.
+* `export_saved_model()`: written once, by the chief; the others get its path.
+* `shutil.rmtree(model_dir)`: the chief clears it, keeping the launcher's logs.
+* The evaluator task has no part: it ends (exit 0) at the program's first call.
 
-On a task of a cluster TensorFlow refuses `train()` and `evaluate()` ("Only
-`STANDALONE_CLIENT` mode is supported"). Every task runs the same program, so
-each task makes the same calls in the same order; `LoopTask` turns each into
-what a cluster can do:
-
-* `train()` on the chief and the workers is one synchronised training segment:
-  TensorFlow's `train_and_evaluate` (through `ScriptTask`, with its strategy,
-  watchdog and preemption checkpoint) to `TrainSpec(max_steps=target)`, where
-  every task computes the same target: `max_steps`, or the end of the previous
-  segment (the latest checkpoint's step at the first call) plus `steps`. The
-  first call's rendezvous checks that the tasks agree on it.
-* `evaluate()` is computed once, by the chief, on the checkpoint its segment
-  ended with, in a local session; the result reaches the other tasks through
-  `model_dir/loop/<attempt>/evaluate-<n>.json`, so every task returns the same
-  dict (same keys, values and numpy types) and takes the same branch.
-* `export_saved_model()` writes once, on the chief; the others return its path.
-* The evaluator task has no part in such a program: it ends (exit 0) at the
-  program's first call, saying so.
-
-A worker waiting for the chief's result fails with exit 150 (retryable) when the
-chief's port stops answering for `stall_timeout` seconds; the whole job then
-restarts from the latest checkpoint. In one process (no cluster) the calls run
-as plain Estimator runs them.
+Results travel through `model_dir/loop/<attempt>/`; a task waiting for one fails
+when its writer is gone (exit 150) or late past the start-up timeout (151). In
+one process the calls run as plain Estimator runs them. docs/scripts.md says more.
 """
 
 from __future__ import annotations
@@ -47,7 +33,13 @@ from absl import logging
 from estimator_dist import records
 from estimator_dist.base.cluster import CHIEF, EVALUATOR, WORKER, ClusterConfig
 from estimator_dist.base.errors import ClusterTimeoutError, PeerFailureError, UsageError
-from estimator_dist.script_results import clear, decode_metrics, encode_metrics, local_copy
+from estimator_dist.script_results import (
+    clear,
+    decode_metrics,
+    encode_metrics,
+    local_copy,
+    related,
+)
 
 if TYPE_CHECKING:
     from estimator_dist.script_task import ScriptTask
@@ -75,12 +67,6 @@ EVALUATOR_LEAVES = (
 )
 
 
-def _related(path: str, model_dir: str) -> bool:
-    """Whether `path` is model_dir, a directory above it, or anything below it."""
-    above, below = path.rstrip("/") + "/", model_dir.rstrip("/") + "/"
-    return below.startswith(above) or above.startswith(below)
-
-
 class LoopTask:
     """What `Estimator.train`/`evaluate`/`export_saved_model` do on one task of a cluster.
 
@@ -106,9 +92,7 @@ class LoopTask:
     def _enter(self, estimator: Any, method: str) -> str:
         """Joins the cluster at the program's first call; returns the results directory.
 
-        The step training starts from is read after the rendezvous: the chief
-        may have cleared model_dir before it (`rmtree`), and no task trains
-        before every task has arrived.
+        The start step is read after the rendezvous, which follows any clearing by the chief.
         """
         if self._cluster.task_type == EVALUATOR:
             self._task.calls += 1
@@ -136,10 +120,22 @@ class LoopTask:
         max_steps: Optional[int] = None,
         saving_listeners: Any = None,
     ) -> Any:
-        """One synchronised training segment on every training task; returns `estimator`.
+        """One synchronised training segment on every training task.
 
         It ends where Estimator's `train()` would: at `max_steps`, after `steps`
         more steps, or where the input ends, on the task whose input ends first.
+
+        Args:
+          original: `Estimator.train`, which refuses a cluster (not called).
+          estimator: The program's estimator.
+          input_fn, hooks, steps, max_steps, saving_listeners: As `Estimator.train` takes them.
+
+        Returns:
+          `estimator`, as `Estimator.train` does.
+
+        Raises:
+          ValueError: Estimator's own argument errors, with its messages.
+          UsageError: `train()` until an input ends that never ends.
         """
         self._enter(estimator, "train")
         # Estimator's own checks, with its messages.
@@ -261,7 +257,16 @@ class LoopTask:
         checkpoint_path: Optional[str] = None,
         name: Optional[str] = None,
     ) -> Dict[str, Any]:
-        """The chief evaluates; every task returns the chief's result."""
+        """The chief evaluates; every task returns the chief's result.
+
+        Args:
+          original: `Estimator.evaluate`, called by the chief on a local copy.
+          estimator: The program's estimator.
+          input_fn, steps, hooks, checkpoint_path, name: As `Estimator.evaluate` takes them.
+
+        Returns:
+          The evaluation's dict, the same keys, values and numpy types on every task.
+        """
         results = self._enter(estimator, "evaluate")
         self._calls["evaluate"] += 1
         path = os.path.join(results, f"evaluate-{self._calls['evaluate']}.json")
@@ -284,7 +289,16 @@ class LoopTask:
         return decode_metrics(self._wait_for(path, "evaluation")["metrics"])
 
     def export(self, original: Callable, estimator: Any, *args: Any, **kwargs: Any) -> Any:
-        """The chief exports; every task returns the path of the chief's export."""
+        """The chief exports; every task returns the path of the chief's export.
+
+        Args:
+          original: `Estimator.export_saved_model`, called by the chief.
+          estimator: The program's estimator.
+          *args, **kwargs: As `Estimator.export_saved_model` takes them.
+
+        Returns:
+          The export's directory, as bytes, as Estimator returns it.
+        """
         results = self._enter(estimator, "export_saved_model")
         self._calls["export"] += 1
         path = os.path.join(results, f"export-{self._calls['export']}.json")
@@ -316,10 +330,6 @@ class LoopTask:
 
         Returns:
           The file's JSON object.
-
-        Raises:
-          PeerFailureError: the writer's port went silent.
-          ClusterTimeoutError: the deadline passed.
         """
         from estimator_dist.watchdog import unreachable
 
@@ -354,18 +364,15 @@ class LoopTask:
             time.sleep(_POLL_SECS)
 
     def rmtree(self, original: Callable, path: Any, *args: Any, **kwargs: Any) -> Any:
-        """`shutil.rmtree` (or TensorFlow's) of the job's model_dir, or a directory above it.
+        """`shutil.rmtree` (or TensorFlow's) of model_dir, a directory above or one below it.
 
-        Programs often start with `shutil.rmtree(model_dir)`. On a cluster every
-        task would delete the checkpoints the others write, and with them the
-        launcher's task logs. Here the chief alone clears it, keeping `logs/`
-        and `loop/`; the others leave it to the chief and, once the program
-        has met the cluster, wait until it is done, so that every task starts
-        its next training from the same (cleared) step.
+        Every task would delete what the others write, the launcher's logs too:
+        the chief alone deletes, keeping `logs/` and `loop/`; once met, the tasks
+        wait for each other around it, so each starts its next training alike.
         """
         model_dir = self._task.config.model_dir
         target = os.path.abspath(os.fspath(path)) if "://" not in str(path) else str(path)
-        if model_dir is None or not _related(target, model_dir):
+        if model_dir is None or not related(target, model_dir):
             return original(path, *args, **kwargs)
         if not (model_dir + "/").startswith(target.rstrip("/") + "/"):
             # Below model_dir (an export directory): the chief's alone, or a task would
@@ -386,7 +393,8 @@ class LoopTask:
         results, call = self._results_dir(), self._calls["rmtree"]
         done = os.path.join(results, f"rmtree-{call}.json")
         if self._cluster.task_type == CHIEF:
-            for role, address in self._peers().items():
+            workers = enumerate(self._cluster.jobs.get(WORKER, []))
+            for role, address in ((f"{WORKER}-{i}", address) for i, address in workers):
                 arrived = os.path.join(results, f"rmtree-{call}-{role}.json")
                 self._wait_for(arrived, "arrival at the same rmtree()", (role, address))
             clear(target, model_dir, keep=(LOG_DIR, LOOP_DIR))
@@ -397,12 +405,6 @@ class LoopTask:
             self._wait_for(done, "clearing of the model_dir")
         self._step = records.checkpoint_step(self._model_dir)
         return None
-
-    def _peers(self) -> Dict[str, str]:
-        """The other training tasks by role, with their addresses."""
-        return {
-            f"{WORKER}-{i}": address for i, address in enumerate(self._cluster.jobs.get(WORKER, []))
-        }
 
     def finish(self) -> None:
         """Marks the chief's last evaluation as the job's final one."""

@@ -66,3 +66,9 @@ def local_copy(estimator: Any) -> Any:
     local._train_distribution = local._eval_distribution = None
     local._device_fn = None
     return local
+
+
+def related(path: str, model_dir: str) -> bool:
+    """Whether `path` is model_dir, a directory above it, or anything below it."""
+    above, below = path.rstrip("/") + "/", model_dir.rstrip("/") + "/"
+    return below.startswith(above) or above.startswith(below)

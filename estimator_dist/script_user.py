@@ -150,7 +150,16 @@ def _shared(arguments: dict, given: Optional[str], temporary: Set[str], what: st
 
 
 def given_model_dir(init: Callable, given: Optional[str], temporary: Set[str]) -> Callable:
-    """Wraps `Estimator.__init__`: `given` (--model_dir) for a model_dir that is not shared."""
+    """Wraps `Estimator.__init__`: `given` (--model_dir) for a model_dir that is not shared.
+
+    Args:
+      init: `Estimator.__init__`.
+      given: --model_dir, or None to leave every estimator as built.
+      temporary: The directories the program made with `tempfile.mkdtemp()`.
+
+    Returns:
+      The wrapper, to put in place of `Estimator.__init__`.
+    """
     import inspect
 
     signature = inspect.signature(init)
@@ -178,6 +187,14 @@ def keras_bridge(
     the "saver" checkpoint format, since the object-based default builds its
     Saver in a replica context, where a model with batch normalization fails
     at its first step.
+
+    Args:
+      model_to_estimator: The bridge, v1 or v2.
+      given: --model_dir, or None.
+      temporary: The directories the program made with `tempfile.mkdtemp()`.
+
+    Returns:
+      The wrapper, to put in place of the bridge.
     """
     import inspect
     import tempfile
@@ -211,7 +228,15 @@ def keras_bridge(
 
 
 def recording(mkdtemp: Callable, made: Set[str]) -> Callable:
-    """`tempfile.mkdtemp`, adding each directory it makes to `made`."""
+    """`tempfile.mkdtemp`, adding each directory it makes to `made`.
+
+    Args:
+      mkdtemp: `tempfile.mkdtemp`.
+      made: Collects the directories made.
+
+    Returns:
+      The wrapper.
+    """
 
     @functools.wraps(mkdtemp)
     def wrapper(*args: Any, **kwargs: Any) -> str:
@@ -232,7 +257,15 @@ def rmtrees() -> List[Tuple[Any, str]]:
 
 
 def routed(function: Callable, handler: Callable) -> Callable:
-    """`function`, whose calls become `handler(function, *args, **kwargs)`."""
+    """`function`, whose calls become `handler(function, *args, **kwargs)`.
+
+    Args:
+      function: What the program calls.
+      handler: Decides what the call does; `function` does the work where it should.
+
+    Returns:
+      The wrapper.
+    """
 
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
