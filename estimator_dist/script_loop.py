@@ -59,6 +59,11 @@ NO_STEPS = (
     "input end (dataset.repeat(EPOCHS), numpy_input_fn(num_epochs=EPOCHS))."
 )
 
+#: `train()` until the input ends, with parameter servers.
+NO_STEPS_PS = (
+    "{where}estimator.train() without steps or max_steps: with parameter servers each worker "
+    "steps alone and no task knows the last step. Pass steps=N to train()."
+)
 #: What the evaluator says when it leaves a train()/evaluate() program.
 EVALUATOR_LEAVES = (
     "estimator_dist: the program calls estimator.{method}() outside train_and_evaluate: on a "
@@ -106,9 +111,8 @@ class LoopTask:
         return self._results_dir()
 
     def _results_dir(self) -> str:
-        results = os.path.join(self._model_dir, LOOP_DIR, str(self._task.attempt))
-        tf.io.gfile.makedirs(results)
-        return results
+        tf.io.gfile.makedirs(os.path.join(self._model_dir, LOOP_DIR, str(self._task.attempt)))
+        return os.path.join(self._model_dir, LOOP_DIR, str(self._task.attempt))
 
     def train(
         self,
@@ -131,11 +135,8 @@ class LoopTask:
           input_fn, hooks, steps, max_steps, saving_listeners: As `Estimator.train` takes them.
 
         Returns:
-          `estimator`, as `Estimator.train` does.
-
-        Raises:
-          ValueError: Estimator's own argument errors, with its messages.
-          UsageError: `train()` until an input ends that never ends.
+          `estimator`, as `Estimator.train` does. Estimator's own argument errors
+          raise ValueError with its messages.
         """
         self._enter(estimator, "train")
         # Estimator's own checks, with its messages.
@@ -156,7 +157,9 @@ class LoopTask:
                 self._step,
             )
             return estimator
-        fewest = self._agreed_batches(estimator, input_fn, wanted)
+        if self._cluster.num_ps and wanted is None:  # Each worker steps alone: nothing to agree.
+            raise UsageError(NO_STEPS_PS.format(where=self._task.where_in_program()))
+        fewest = None if self._cluster.num_ps else self._agreed_batches(estimator, input_fn, wanted)
         target = wanted if fewest is None else self._step + fewest
         if wanted is not None:
             target = min(target, wanted)
@@ -187,11 +190,9 @@ class LoopTask:
     ) -> Dict[str, Any]:
         """Every training task's count of the batches its input yields, by role.
 
-        Each training task counts its own input (`estimator_dist.last_step`:
-        cardinality, else reading it in a throwaway graph, up to the batches
-        `wanted` more steps need, within a time bound) and leaves the count
-        beside the chief's results; every task reads all of them, waiting at
-        most the start-up timeout (the counts' own bound is half of it).
+        Each training task counts its own input (`estimator_dist.last_step`, up to
+        the batches `wanted` more steps need) and leaves the count beside the
+        chief's results; every task reads all of them, for the start-up timeout.
 
         Args:
           estimator: The estimator that will train.
@@ -206,7 +207,7 @@ class LoopTask:
         config = self._task.config
         count = last_step.count_for_task(
             self._cluster, estimator, input_fn, wanted, config.startup_timeout
-        ) or {"batches": None, "how": "not counted with parameter servers", "start": 0}
+        )
         self._calls["count"] += 1
         call, role = self._calls["count"], self._cluster.role
         results = self._results_dir()

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_dist import early_stopping, script_results, script_user
+from estimator_dist import early_stopping, script_loop, script_results, script_user
 from estimator_dist.base.cluster import ClusterConfig, parse_tf_config
 from estimator_dist.base.errors import UsageError
 from estimator_dist.preemption import EARLY_STOP, Preemption
@@ -267,3 +267,39 @@ def test_an_error_of_eager_only_code_says_programs_run_in_graph_mode():
         explained = script_user.user_code_error(error, __file__)
     assert script_user.GRAPH_MODE in str(explained)
     assert explained.exit_code == 5
+
+
+class _Task:
+    """What LoopTask asks of its ScriptTask, for calls that end before any training."""
+
+    attempt = "attempt-1"
+    calls = 0
+
+    def __init__(self, model_dir):
+        self._model_dir = model_dir
+
+    def model_dir_of(self, estimator):
+        return self._model_dir
+
+    def join(self, estimator, model_dir, view):
+        return {}
+
+    def where_in_program(self):
+        return "train.py:7: "
+
+
+def _worker_loop(tmp_path, cluster):
+    tf_config = {"cluster": cluster, "task": {"type": "worker", "index": 0}}
+    return script_loop.LoopTask(_Task(str(tmp_path)), parse_tf_config(json.dumps(tf_config)), 60)
+
+
+def test_train_refuses_what_estimator_refuses_and_an_unbounded_segment_with_ps(tmp_path):
+    cluster = {"chief": ["localhost:1"], "worker": ["localhost:2"], "ps": ["localhost:3"]}
+    loop = _worker_loop(tmp_path, cluster)
+    with pytest.raises(ValueError, match="Can not provide both steps and max_steps"):
+        loop.train(None, None, None, steps=5, max_steps=10)
+    with pytest.raises(ValueError, match="Must specify steps > 0, given: 0"):
+        loop.train(None, None, None, steps=0)
+    with pytest.raises(UsageError) as raised:
+        loop.train(None, None, None)
+    assert str(raised.value) == script_loop.NO_STEPS_PS.format(where="train.py:7: ")
