@@ -46,6 +46,8 @@ from typing import IO, Optional, Tuple
 
 from absl import logging as absl_logging
 
+#: Directory of `model_dir` where the launcher writes each task's log.
+LOG_DIR = "logs"
 #: Set by the launcher in each task's environment: the task's output goes to its pipe.
 SUPERVISED_ENV = "ESTIMATOR_DIST_SUPERVISED"
 #: The first line of a task whose output the launcher may filter for the console.
@@ -367,7 +369,7 @@ def keep_log(model_dir: str, role: str) -> Optional[str]:
     quiet = _quiet
     if quiet is None:
         return None
-    path = os.path.join(model_dir, "logs", f"{role}.log")
+    path = os.path.join(model_dir, LOG_DIR, f"{role}.log")
     if quiet.wanted == path:
         return quiet.path
     quiet.wanted = path

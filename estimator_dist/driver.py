@@ -105,7 +105,7 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
         and early_stopping.stopped_early(preemption)
     ):
         # One process stopped early: its last evaluation, of the step it stopped at, is final.
-        return early_stopping.mark_final(job.run.model_dir)
+        return records.mark_final_metrics(job.run.model_dir)
     if cluster.task_type in (None, EVALUATOR):
         return exporter.final_metrics
     return None

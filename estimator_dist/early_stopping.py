@@ -200,10 +200,12 @@ class FinalEvaluationExporter(tf.estimator.Exporter):
         is_the_final_export: bool,
     ) -> str:
         """Ends the evaluator's loop (`StoppedEarly`) once it evaluated the step stopped at."""
+        from estimator_dist import records
+
         stop = None if is_the_final_export else decided_stop(self._model_dir)
         if stop is None or int(eval_result["global_step"]) < stop:
             return ""
-        mark_final(self._model_dir)
+        records.mark_final_metrics(self._model_dir)
         raise StoppedEarly(
             f"evaluated global step {eval_result['global_step']}, where early stopping ended "
             "training"
@@ -243,15 +245,3 @@ def record_stop(model_dir: str, preemption: Preemption, cluster: Any) -> int:
     record = records.read_json(path) or {}
     records.write_json(path, {**record, "stopped_early": {"step": step, "reason": reason}})
     return step
-
-
-def mark_final(model_dir: str) -> Optional[dict]:
-    """Marks the latest evaluation in `model_dir/eval_metrics.json` final; returns its metrics."""
-    from estimator_dist import records
-
-    path = os.path.join(model_dir, records.METRICS_FILE)
-    record = records.read_json(path)
-    if record is None:
-        return None
-    records.write_json(path, {**record, "final": True})
-    return record["metrics"]

@@ -22,7 +22,6 @@ with `TrainSpec(max_steps=<decided>)`.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
@@ -213,13 +212,9 @@ def write_decision(model_dir: str, decision: Mapping[str, Any]) -> None:
 
 def read_decision(model_dir: str) -> Optional[dict]:
     """The decision in `model_dir`, or None."""
-    import tensorflow as tf
+    from estimator_dist import records
 
-    try:
-        with tf.io.gfile.GFile(os.path.join(model_dir, DECISION_FILE)) as stream:
-            return json.loads(stream.read())
-    except (tf.errors.NotFoundError, ValueError):
-        return None
+    return records.read_json(os.path.join(model_dir, DECISION_FILE))
 
 
 def remove_decision(model_dir: str) -> None:

@@ -126,6 +126,20 @@ def checkpoint_step(model_dir: str) -> int:
     return int(latest.rsplit("-", 1)[1]) if latest else 0
 
 
+def mark_final_metrics(model_dir: str) -> Optional[dict]:
+    """Marks the latest evaluation in `model_dir/eval_metrics.json` final; returns its metrics.
+
+    For a job whose last step was decided after TensorFlow's evaluator could
+    know it (early stopping, a train()/evaluate() program). None when there is none.
+    """
+    path = os.path.join(model_dir, METRICS_FILE)
+    record = read_json(path)
+    if record is None:
+        return None
+    write_json(path, {**record, "final": True})
+    return record["metrics"]
+
+
 def read_final_metrics(model_dir: str) -> Optional[dict]:
     """Returns the final evaluation metrics written to `model_dir`, or None."""
     path = os.path.join(model_dir, METRICS_FILE)

@@ -33,12 +33,13 @@ from absl import logging
 from estimator_dist import records
 from estimator_dist.base.cluster import CHIEF, EVALUATOR, WORKER, ClusterConfig
 from estimator_dist.base.errors import ClusterTimeoutError, PeerFailureError, UsageError
+from estimator_dist.console import LOG_DIR
 from estimator_dist.script_results import (
     clear,
     decode_metrics,
     encode_metrics,
     local_copy,
-    related,
+    placed,
 )
 
 if TYPE_CHECKING:
@@ -46,8 +47,6 @@ if TYPE_CHECKING:
 
 #: Directory of `model_dir` where the chief leaves each call's result for the other tasks.
 LOOP_DIR = "loop"
-#: Directory of `model_dir` where the launcher writes each task's log.
-LOG_DIR = "logs"
 #: Seconds between two looks for the chief's result.
 _POLL_SECS = 0.2
 
@@ -373,9 +372,10 @@ class LoopTask:
         """
         model_dir = self._task.config.model_dir
         target = os.path.abspath(os.fspath(path)) if "://" not in str(path) else str(path)
-        if model_dir is None or not related(target, model_dir):
+        where = None if model_dir is None else placed(target, model_dir)
+        if where is None:
             return original(path, *args, **kwargs)
-        if not (model_dir + "/").startswith(target.rstrip("/") + "/"):
+        if where == "below":
             # Below model_dir (an export directory): the chief's alone, or a task would
             # delete what the chief has just written there.
             if self._cluster.is_chief:
@@ -411,10 +411,7 @@ class LoopTask:
         """Marks the chief's last evaluation as the job's final one."""
         if self._cluster.task_type != CHIEF or not self.evaluated:
             return
-        path = os.path.join(self._model_dir, records.METRICS_FILE)
-        record = records.read_json(path)
-        if record is None:  # The program cleared model_dir after its last evaluation.
+        metrics = records.mark_final_metrics(self._model_dir)
+        if metrics is None:  # The program cleared model_dir after its last evaluation.
             return
-        records.write_json(path, {**record, "final": True})
-        metrics = record["metrics"]
         print(f"estimator_dist: final evaluation: {records.format_metrics(metrics)}", flush=True)

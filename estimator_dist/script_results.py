@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any, Dict, Mapping, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -68,7 +68,9 @@ def local_copy(estimator: Any) -> Any:
     return local
 
 
-def related(path: str, model_dir: str) -> bool:
-    """Whether `path` is model_dir, a directory above it, or anything below it."""
-    above, below = path.rstrip("/") + "/", model_dir.rstrip("/") + "/"
-    return below.startswith(above) or above.startswith(below)
+def placed(path: str, model_dir: str) -> Optional[str]:
+    """Where `path` is: "covers" (model_dir or a directory above), "below", or None (elsewhere)."""
+    path, model_dir = path.rstrip("/") + "/", model_dir.rstrip("/") + "/"
+    if model_dir.startswith(path):
+        return "covers"
+    return "below" if path.startswith(model_dir) else None

@@ -151,7 +151,7 @@ class Launcher:
         held back until the chief has run its first step (or a training task
         finished), and does not compete for cores while the cluster starts.
         """
-        os.makedirs(os.path.join(self._model_dir, "logs"), exist_ok=True)
+        os.makedirs(os.path.join(self._model_dir, console.LOG_DIR), exist_ok=True)
         console.keep_log(self._model_dir, "launcher")
         self._attempt = attempt
         self._exits = queue.Queue()
@@ -182,7 +182,7 @@ class Launcher:
         task.process = self._start_task(
             TaskSpec(self._module, tuple(self._train_args), config, cores)
         )
-        path = os.path.join(self._model_dir, "logs", f"{config.role}.log")
+        path = os.path.join(self._model_dir, console.LOG_DIR, f"{config.role}.log")
         try:
             # Line-buffered: each line reaches the file when it is printed, so a refused write
             # is seen, and said, at the line it refused, not at close or never.
