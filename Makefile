@@ -62,5 +62,5 @@ bench: $(STAMP)
 # The flag reference, generated from the flag definitions; a test fails when it is out of date.
 .PHONY: docs
 docs: $(STAMP)
-	$(VENV)/bin/python -m estimator_dist.flag_reference > docs/flags.md.tmp
+	$(VENV)/bin/python -m estimator_dist.config.flag_reference > docs/flags.md.tmp
 	mv docs/flags.md.tmp docs/flags.md

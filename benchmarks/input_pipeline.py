@@ -65,7 +65,7 @@ def write_data(directory: str, shape: tuple, count: int, shards: int) -> str:
 
 def measure_input(params: dict, workers: int, seconds: float) -> float:
     """Examples/s that worker 0's tfrecord input_fn delivers."""
-    from estimator_dist.user_code import bind_input_fn
+    from estimator_dist.task.user_code import bind_input_fn
     from input_fns import tfrecord
 
     context = tf.distribute.InputContext(workers, 0, workers)
@@ -105,7 +105,7 @@ class StepTimer(tf.estimator.SessionRunHook):
 
 def measure_training(model: str, input_name: str, params: dict, seconds: float) -> float:
     """Examples/s one Estimator worker trains at, after a warm-up, with 1+1 threads."""
-    from estimator_dist.user_code import bind_input_fn
+    from estimator_dist.task.user_code import bind_input_fn
     from input_fns import INPUT_FNS
     from model_fns import MODEL_FNS
 

@@ -1,6 +1,6 @@
 """The suite's *startup* section: the launcher's start to the first training step, by phase.
 
-Each task logs its start-up phases at its first step (`estimator_dist.startup`)
+Each task logs its start-up phases at its first step (`estimator_dist.guards.startup`)
 and the launcher the time of the first step of any task; `parse_startup`
 reads both from the launcher's output.
 

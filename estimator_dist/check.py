@@ -37,8 +37,8 @@ from absl import flags
 
 from estimator_dist.base import cli, pitfalls, program_scan
 from estimator_dist.base.errors import UsageError
-from estimator_dist.script_program import check_package_path, find_module, program_report
-from estimator_dist.train_args import job_from_args
+from estimator_dist.config.train_args import job_from_args
+from estimator_dist.programs.locate import check_package_path, find_module, program_report
 
 PROGRAM = "estimator_dist.check"
 
@@ -110,7 +110,7 @@ def check_job(train_args: Sequence[str], num_workers: int) -> List[pitfalls.Pitf
     Raises:
       UsageError: for bad flags or a fatal pitfall (the message lists them).
     """
-    from estimator_dist import preflight
+    from estimator_dist.task import preflight
 
     args = list(train_args)
     if not any(arg.startswith("--model_dir") for arg in args):

@@ -47,7 +47,7 @@ final metrics. A failed evaluator is restarted alone while training goes on.
 
 SIGTERM or SIGINT (Ctrl-C) to the launcher stops the job without losing a
 step: every task receives SIGTERM, they stop at one global step which the
-chief checkpoints (`estimator_dist.preemption`), and the launcher exits 128 +
+chief checkpoints (`estimator_dist.guards.preemption`), and the launcher exits 128 +
 the signal's number (143, 130); it waits the tasks' `--preemption_grace_secs`
 + 5 s (or --grace_secs, if longer) before it kills them. A SIGKILL of the
 launcher ends every task at once: they hold the kernel's parent death signal.
@@ -55,7 +55,7 @@ launcher ends every task at once: they hold the kernel's parent death signal.
 With `--engine=ray --ray_address=HOST:PORT`, the same job runs on an existing
 Ray cluster, one Ray actor per task, on distinct nodes by default, supervised
 and restarted the same way; it needs a `--model_dir` every node shares (see
-`estimator_dist.ray_engine` and docs/ray.md).
+`estimator_dist.launcher.ray.engine` and docs/ray.md).
 """
 
 from __future__ import annotations
@@ -70,19 +70,20 @@ from typing import Callable, Optional, Sequence, Tuple, TypeVar
 import portpicker
 from absl import flags
 
-from estimator_dist import console, launch_flags, netns, train_flags
-from estimator_dist import script_config as script_lib
-from estimator_dist.base import cli, pitfalls
+from estimator_dist.base import cli, console, pitfalls
 from estimator_dist.base.cluster import LocalCluster, make_local_cluster
 from estimator_dist.base.errors import Error, UsageError
-from estimator_dist.ray_engine import RayEngine
-from estimator_dist.ray_settings import JobShape
-from estimator_dist.restarts import RestartSettings, run_with_restarts
-from estimator_dist.script_config import model_dir_of
-from estimator_dist.script_program import program_report
-from estimator_dist.supervise import Launcher
-from estimator_dist.task_start import start_local_task
-from estimator_dist.train_args import job_from_args
+from estimator_dist.config import train_flags
+from estimator_dist.config.train_args import job_from_args
+from estimator_dist.launcher import launch_flags, netns
+from estimator_dist.launcher.ray.engine import RayEngine
+from estimator_dist.launcher.ray.settings import JobShape
+from estimator_dist.launcher.restarts import RestartSettings, run_with_restarts
+from estimator_dist.launcher.supervise import Launcher
+from estimator_dist.launcher.task_start import start_local_task
+from estimator_dist.programs import config as script_lib
+from estimator_dist.programs.config import model_dir_of
+from estimator_dist.programs.locate import program_report
 
 PROGRAM = "estimator_dist.launch"
 _T = TypeVar("_T")
@@ -221,7 +222,8 @@ def _train_plan(train_args: Sequence[str], shared_model_dir: bool) -> Plan:
         fatal pitfall.
       Error: when the user's model_fn or input_fn raises in the pre-flight.
     """
-    from estimator_dist import driver, preflight
+    from estimator_dist.config.job import check_batch
+    from estimator_dist.task import preflight
 
     given = [name for name in script_lib.FLAG_NAMES if flags.FLAGS[name].present]
     if given:
@@ -242,7 +244,7 @@ def _train_plan(train_args: Sequence[str], shared_model_dir: bool) -> Plan:
     job = job_from_args(args)
     # One replica per worker here; each task checks again with its own replicas.
     workers = f"--num_workers={_NUM_WORKERS.value}"
-    driver.check_batch(job.batch_size, job.micro_batches, _NUM_WORKERS.value, workers)
+    check_batch(job.batch_size, job.micro_batches, _NUM_WORKERS.value, workers)
     checked = preflight.preflight(job, _NUM_WORKERS.value)
     return Plan(
         train_flags.PROGRAM,
@@ -317,7 +319,7 @@ def _or_exit(call: Callable[..., _T], *args: object) -> _T:
 
 def _stop_on_signal(launcher: Launcher, signalled: _Signalled, plan: Plan) -> int:
     """Stops every task at one checkpointed step after SIGTERM/SIGINT; returns 128 + signal."""
-    from estimator_dist import records
+    from estimator_dist.base import files
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -328,7 +330,7 @@ def _stop_on_signal(launcher: Launcher, signalled: _Signalled, plan: Plan) -> in
     )
     launcher.stop(grace)
     launcher.say(
-        f"stopped; the latest checkpoint is at step {records.checkpoint_step(plan.model_dir)}"
+        f"stopped; the latest checkpoint is at step {files.checkpoint_step(plan.model_dir)}"
         "; run the same command to resume from it"
     )
     return 128 + signalled.signum
@@ -337,8 +339,8 @@ def _stop_on_signal(launcher: Launcher, signalled: _Signalled, plan: Plan) -> in
 def main(argv: Sequence[str]) -> int:
     """Validates the job once, runs the cluster, prints the final metrics."""
     console.start_launcher(_VERBOSE.value)  # Before TensorFlow is imported.
-    from estimator_dist import records
-    from estimator_dist.startup import process_started
+    from estimator_dist.base import files
+    from estimator_dist.guards.startup import process_started
 
     ray = _or_exit(launch_flags.ray_settings)  # Before the pre-flight: a missing Ray fails at once.
     isolation = (
@@ -350,7 +352,7 @@ def main(argv: Sequence[str]) -> int:
     launcher = Launcher(
         plan.args,
         plan.model_dir,
-        lambda: records.checkpoint_step(plan.model_dir),
+        lambda: files.checkpoint_step(plan.model_dir),
         _PIN_CORES.value and engine is None,
         process_started(),
         module=plan.module,

@@ -34,9 +34,11 @@ from typing import List, Sequence, Tuple
 
 from absl import flags
 
-from estimator_dist import script_config, tfjob, train_args, train_flags
 from estimator_dist.base import cli
 from estimator_dist.base.errors import Error, UsageError
+from estimator_dist.config import train_args, train_flags
+from estimator_dist.kubernetes import tfjob
+from estimator_dist.programs import config as script_config
 
 PROGRAM = "estimator_dist.manifest"
 

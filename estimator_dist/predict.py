@@ -263,7 +263,7 @@ def _input_graph(input_fn_name: str, params: Mapping[str, Any], limit: Optional[
     import tensorflow as tf
 
     from estimator_dist.base.errors import UsageError
-    from estimator_dist.user_code import bind_input_fn, check_input_fn_args, repeats_forever
+    from estimator_dist.task.user_code import bind_input_fn, check_input_fn_args, repeats_forever
     from input_fns import INPUT_FNS, prepare_input
     from input_fns.pipeline import PREDICT
 

@@ -29,9 +29,9 @@ While it runs, `tf.estimator.train_and_evaluate` (and its
   strategy the script built itself is kept (a MultiWorkerMirroredStrategy
   then all-reduces sparse gradients as dense tensors, `estimator_dist.base.tf_patches`);
 * checks that the cluster agrees before TensorFlow starts its servers
-  (`estimator_dist.rendezvous`), adds the fail-fast watchdogs of
-  `estimator_dist.watchdog` and the preemption checkpoint of
-  `estimator_dist.preemption`, wraps the script's input functions as
+  (`estimator_dist.guards.rendezvous`), adds the fail-fast watchdogs of
+  `estimator_dist.guards.watchdog` and the preemption checkpoint of
+  `estimator_dist.guards.preemption`, wraps the script's input functions as
   `estimator_dist.train` does (`user_code.bind_input_fn`), makes the
   evaluator write `model_dir/eval_metrics.json`, and the chief
   `model_dir/run_record.json`;
@@ -61,7 +61,7 @@ from estimator_dist.base import cli, exit_codes
 from estimator_dist.base.cluster import ClusterConfig
 from estimator_dist.base.errors import Error, UsageError, UserCodeError
 from estimator_dist.base.platform_env import cluster_from_environment
-from estimator_dist.script_config import PROGRAM, ScriptConfig, config_from_flags, define_flags
+from estimator_dist.programs.config import PROGRAM, ScriptConfig, config_from_flags, define_flags
 
 #: A script that ends on a task of a cluster without training.
 NO_TRAIN_AND_EVALUATE = (
@@ -91,10 +91,10 @@ def run_script(config: ScriptConfig, cluster: ClusterConfig) -> int:
       tf.errors.OpError: a TensorFlow error that none of these explains.
     """
     from estimator_dist.base import tf_patches
-    from estimator_dist.guards import enter_task
-    from estimator_dist.script_task import ScriptTask
-    from estimator_dist.script_user import explained, shown
-    from estimator_dist.startup import Startup
+    from estimator_dist.guards.roles import enter_task
+    from estimator_dist.guards.startup import Startup
+    from estimator_dist.programs.task import ScriptTask
+    from estimator_dist.programs.user import explained, shown
 
     startup = Startup(cluster.role)
     startup.mark("imports")
@@ -204,7 +204,7 @@ def main(argv: Sequence[str]) -> int:
     except UsageError as error:
         cli.usage_exit(PROGRAM, str(error))
     except Error as error:
-        from estimator_dist.watchdog import fail
+        from estimator_dist.guards.watchdog import fail
 
         fail(cluster.role, error.exit_code, str(error))
     return exit_codes.FAILURE

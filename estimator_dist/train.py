@@ -20,10 +20,10 @@ from typing import Sequence
 
 from absl import flags
 
-from estimator_dist import console
+from estimator_dist.base import console
 from estimator_dist.base.cli import run_program, usage_exit
-from estimator_dist.cpus import configure_onednn
-from estimator_dist.train_flags import PROGRAM, define_flags, job_from_flags
+from estimator_dist.base.cpus import configure_onednn
+from estimator_dist.config.train_flags import PROGRAM, define_flags, job_from_flags
 
 
 def main(argv: Sequence[str]) -> int:
@@ -41,17 +41,18 @@ def main(argv: Sequence[str]) -> int:
         # TensorFlow reads it when imported, which building the job config does.
         configure_onednn(flags.FLAGS.onednn)
         job = job_from_flags(flags.FLAGS)
-        from estimator_dist import driver, records
+        from estimator_dist.base import files
+        from estimator_dist.task import driver
 
         metrics = driver.train_and_evaluate(job, cluster)
     except UsageError as error:
         usage_exit(PROGRAM, str(error))
     except Error as error:
-        from estimator_dist.watchdog import fail
+        from estimator_dist.guards.watchdog import fail
 
         fail(cluster.role, error.exit_code, str(error))
     if metrics is not None:
-        print(f"Final evaluation: {records.format_metrics(metrics)}", flush=True)
+        print(f"Final evaluation: {files.format_metrics(metrics)}", flush=True)
     return 0
 
 

@@ -1,6 +1,6 @@
 """Known multi-worker pitfalls, found before training, each with its fix.
 
-Every task and the launcher run these checks in `estimator_dist.preflight`; the
+Every task and the launcher run these checks in `estimator_dist.task.preflight`; the
 `estimator_dist.check` command also runs them on a job and scans a legacy
 training script. A fatal pitfall stops the job with a usage error (exit 2)
 before any task commits; a warning is logged and training goes on.

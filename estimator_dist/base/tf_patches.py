@@ -40,7 +40,7 @@ internals these are.
    60 s: a job sat idle 38-94 s after its final checkpoint. The per-replica
    datasets distributed input builds only forward elements, so they are
    built without autotuning (the user's own datasets get the same through
-   `estimator_dist.user_code`). Shown by `tests/estimator_dist/base/tf_patches_test.py`.
+   `estimator_dist.task.user_code`). Shown by `tests/estimator_dist/base/tf_patches_test.py`.
 
 4. **The model_fn runs as written under a strategy**
    (`Estimator._call_model_fn`, marked as AutoGraph output). Under a
@@ -65,7 +65,7 @@ internals these are.
    diverges. Before the first step that recovery is wanted (a peer may start
    late), so `install()` only prepares it and the watchdog calls
    `stop_session_recovery()` at the first step. Shown by
-   `tests/estimator_dist/watchdog_test.py` and the fault tests.
+   `tests/estimator_dist/guards/watchdog_test.py` and the fault tests.
 
 7. **No extra session call per step for checkpoints**
    (`CheckpointSaverHook.__init__`). The hook assumes 1,000,000 steps per
@@ -85,7 +85,7 @@ internals these are.
    through `set_training_sleep`'s function when one is set (the evaluator's
    watchdog sets one that ends once a checkpoint at or past the last step
    exists); `time.time` and everything else are the `time` module's. Shown by
-   `tests/estimator_dist/last_step_test.py`.
+   `tests/estimator_dist/task/last_step_test.py`.
 
 9. **Fresh collective instance keys for every graph of a process**
    (`CollectiveKeys._instance_key_table`, by `fresh_collective_keys`).
@@ -97,7 +97,7 @@ internals these are.
    against the first model's shapes ("Shape mismatch in the collective
    instance"). Each call's graph gets a range of its own, the same on every
    task since every task makes the same calls. Shown by
-   `tests/estimator_dist/script_loop_test.py` (two models in one program).
+   `tests/estimator_dist/programs/loop_test.py` (two models in one program).
 
 Example:
   >>> install()

@@ -14,10 +14,10 @@ import tensorflow as tf
 
 from estimator_dist.base import exit_codes
 from estimator_dist.base.cluster import make_local_cluster
-from estimator_dist.cpus import split_cores
-from estimator_dist.exits import Failure, RestartPolicy, describe_exit, normalise_cause
+from estimator_dist.base.cpus import split_cores
 from estimator_dist.launch import model_dir_of
-from estimator_dist.supervise import Launcher, Task
+from estimator_dist.launcher.exits import Failure, RestartPolicy, describe_exit, normalise_cause
+from estimator_dist.launcher.supervise import Launcher, Task
 from run_config.strategies import NCCL_WITHOUT_GPU_MESSAGE
 from tests.procs import Background, measured, measured_exits, report, run_module
 

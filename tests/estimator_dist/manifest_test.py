@@ -15,8 +15,9 @@ import pytest
 import yaml
 from absl import flags
 
-from estimator_dist import manifest, tfjob
+from estimator_dist import manifest
 from estimator_dist.base import cli, exit_codes
+from estimator_dist.kubernetes import tfjob
 from tests import procs
 
 NAME, IMAGE = "mnist", "registry.example.com/trainer:1.0"
@@ -269,7 +270,7 @@ def test_the_program_exits_2_on_a_bad_training_flag():
 @pytest.mark.timeout(120)
 def test_the_package_imports_no_sdk_until_it_builds_a_tfjob():
     code = (
-        "import sys, estimator_dist.manifest, estimator_dist.tfjob\n"
+        "import sys, estimator_dist.manifest, estimator_dist.kubernetes.tfjob\n"
         "loaded = [m for m in sys.modules if m.split('.')[0] in ('kubeflow', 'kubernetes')]\n"
         "assert not loaded, loaded"
     )

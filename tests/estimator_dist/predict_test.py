@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_dist import export
 from estimator_dist.base import exit_codes
 from estimator_dist.base.errors import UsageError, UserCodeError
 from estimator_dist.predict import ENDLESS_INPUT, find_saved_model, run_predictions
+from estimator_dist.task import export
 from tests.legacy import layers_cnn, tensor_input
 from tests.procs import run_module
 

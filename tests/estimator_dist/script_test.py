@@ -19,13 +19,14 @@ import portpicker
 import pytest
 import tensorflow as tf
 
-from estimator_dist import script_loop
 from estimator_dist.base import exit_codes
 from estimator_dist.base.cluster import ClusterConfig, parse_tf_config
-from estimator_dist.script_config import MAX_STEPS_MARKER, ScriptConfig
-from estimator_dist.script_strategy import set_run_config, with_distribution
-from estimator_dist.script_task import ScriptTask
-from estimator_dist.startup import Startup
+from estimator_dist.base.console import MAX_STEPS_MARKER
+from estimator_dist.guards.startup import Startup
+from estimator_dist.programs import loop as script_loop
+from estimator_dist.programs.config import ScriptConfig
+from estimator_dist.programs.strategy import set_run_config, with_distribution
+from estimator_dist.programs.task import ScriptTask
 from tests.procs import REPO, Background, run_module
 
 SCRIPTS = os.path.join(REPO, "tests", "legacy", "scripts")

@@ -58,8 +58,8 @@ from typing import Callable, Dict, Optional, Tuple, Union
 import pytest
 
 from estimator_dist.base import exit_codes
-from estimator_dist.records import checkpoint_step
-from estimator_dist.user_code import DEFAULT_EVAL_STEPS
+from estimator_dist.base.files import checkpoint_step
+from estimator_dist.task.user_code import DEFAULT_EVAL_STEPS
 from tests.equivalence import TOLERANCE, checkpoint_variables, max_difference
 from tests.procs import Run, run_module
 

@@ -5,10 +5,10 @@ import textwrap
 import pytest
 import tensorflow as tf
 
-from estimator_dist import preflight
 from estimator_dist.base import pitfalls
 from estimator_dist.base.errors import UsageError
-from estimator_dist.job import JobConfig
+from estimator_dist.config.job import JobConfig
+from estimator_dist.task import preflight
 from run_config.run_config import RunConfigOptions
 from tests.procs import REPO, run_module
 

@@ -7,9 +7,9 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.autograph.impl.api import is_autograph_artifact
 
-from estimator_dist import driver, preflight
 from estimator_dist.base import tf_patches
-from estimator_dist.job import JobConfig
+from estimator_dist.config.job import JobConfig
+from estimator_dist.task import driver, preflight
 from run_config.run_config import RunConfigOptions
 
 pytestmark = pytest.mark.usefixtures("tf_patches_installed")

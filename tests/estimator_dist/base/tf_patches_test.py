@@ -21,7 +21,7 @@ from tensorflow.python.training import monitored_session
 from tensorflow_estimator.python.estimator import estimator as estimator_lib
 
 from estimator_dist.base import tf_patches
-from estimator_dist.user_code import bind_input_fn, without_autotune
+from estimator_dist.task.user_code import bind_input_fn, without_autotune
 from run_config.strategies import StrategyConfig, get_strategy
 from tests.task_models import linear_model_fn, ones_input_fn
 

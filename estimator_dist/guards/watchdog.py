@@ -1,0 +1,306 @@
+"""Make a stuck or diverging task fail fast with a distinct exit code.
+
+TensorFlow 2.15 multi-worker Estimator training does not end by itself when
+something goes wrong (tests/estimator_dist/faults_test.py shows each case).
+`Watchdog` runs a thread beside training and ends the process, with a
+message naming the task, the step and the cause, when:
+
+* no training step completes before the start-up deadline (exit 151), naming
+  the peers that cannot be reached;
+* the global step does not move for the stall timeout (exit 152);
+* TensorFlow re-creates the session after training started (exit 153);
+* this task's training loop ends before the last step, as when its input
+  runs out (exit 6, not retried): the others would wait for its share of
+  every later step. It fails before its session closes (on the chief, before
+  the end-of-training checkpoint), so the others see a lost peer. A single
+  process, with no one waiting for it, only warns, as Estimator stops too.
+
+In a single process evaluation batches count as progress (a slow evaluation
+is no stall); one still reading after 1, 2, 4 ... stall timeouts is warned
+about, naming --eval_steps, but not ended: large inputs take long.
+
+`estimator_dist.guards.evaluator_watchdog` watches the evaluator (exit 8 or 152);
+it uses `fail`, `unreachable` and `EVAL_UNENDING_MESSAGE` from here. `arm_fail_fast()` makes
+MonitoredSession treat the errors it would silently recover from
+(AbortedError, UnavailableError) as fatal once the first step is done; they
+reach `estimator_dist.train`, which exits 150. Before the first step the
+recovery stays, so a peer that starts late is still waited for.
+
+The process ends with `os._exit`: the main thread may be blocked inside a
+collective op and would never see an exception. Training steps pay nothing:
+the hook fetches the global step only on the first step and on the first
+step after each check of the thread (every 0.5-5 s); an evaluation batch
+only bumps a counter and sets a flag the thread reads.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from typing import Any, Callable, Mapping, Optional
+
+import tensorflow as tf
+from absl import logging
+
+from estimator_dist.base import exit_codes, tf_patches
+from estimator_dist.guards.watchdog_hooks import EvaluationHook, StepHook
+
+FAILURE_PREFIX = exit_codes.FAILURE_PREFIX
+#: Why a cluster task whose training loop ended early fails, and the fix.
+INPUT_EXHAUSTED_MESSAGE = (
+    "training on this task ended at global step {step}, before --train_steps={last}: its "
+    "input ran out (or a hook asked it to stop), and the other tasks cannot finish a step "
+    "without it. A restart would run out at the same place, so the job is not retried. Make "
+    "the training input repeat (dataset.repeat(), or num_epochs=None for numpy_input_fn) and "
+    "let --train_steps end training."
+)
+#: Logged by a single process whose training loop ended early.
+INPUT_ENDED_ALONE = (
+    "Training ended at global step {step}, before --train_steps={last}: the training input "
+    "ran out. One process can stop there; on several workers the job would fail (exit 6). "
+    "Make the input repeat and let --train_steps end training."
+)
+#: Why the evaluator fails when an evaluation is still reading after training ended.
+EVAL_UNENDING_MESSAGE = (
+    "the evaluation of {checkpoint} has run {seconds:.0f} s and read {batches} batches without "
+    "ending, while no new checkpoint came for {stall:g} s and the chief ({chief}) is "
+    "unreachable: training has ended, and the evaluation input does not end (it repeats, or "
+    "its size is unknown). Pass --eval_steps to bound each evaluation."
+)
+#: Warned in a single process when an evaluation is still reading after the stall timeout.
+EVAL_LONG_ALONE = (
+    "estimator_dist: the evaluation of the checkpoint of global step {step} has run "
+    "{seconds:.0f} s and read {batches} batches, and training waits for it to end. If its "
+    "input never ends (a generator or a loop with no end), no evaluation ends: pass "
+    "--eval_steps to bound each evaluation."
+)
+
+
+def fail(role: str, code: int, cause: str) -> None:
+    """Logs one line naming the task and cause, then ends the process with `code`."""
+    message = f"{FAILURE_PREFIX.format(role=role)} (exit {code}): {cause}"
+    logging.error(message)
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(code)
+
+
+def arm_fail_fast() -> None:
+    """Stops MonitoredSession from silently re-creating a session after a peer error."""
+    tf_patches.stop_session_recovery()
+
+
+def unreachable(peers: Mapping[str, str], timeout: float = 2.0) -> list:
+    """Returns the names of the peers whose address refuses or ignores a TCP connect."""
+    missing = []
+    for name, address in peers.items():
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+                pass
+        except OSError:
+            missing.append(f"{name} ({address})")
+    return missing
+
+
+class Watchdog:
+    """Ends this task when training does not start, stalls, silently recovers, or evaluates forever.
+
+    Args:
+      role: This task's name, e.g. `worker-1`.
+      peers: Name to address of the other tasks, probed when start-up fails.
+      startup_timeout: Seconds from `start()` to the first completed step.
+      stall_timeout: Seconds the global step may stay the same afterwards.
+      last_step: The step every task trains to (`--train_steps`); a training
+        loop that ends below it is fatal. None when a task may stop alone.
+      alone: This is a single process: a loop ending below `last_step` is
+        only a warning, and no peers are probed.
+      preempted: Returns whether a preemption is stopping the job, which
+        ends the loop below `last_step` on purpose.
+      exit_fn: Called as `exit_fn(role, code, cause)`; `fail` by default.
+      clock: Monotonic clock, replaceable in tests.
+
+    Attributes:
+      due: Whether the hook fetches the global step at its next step: set by
+        each `check`, cleared by `progress`, a plain flag with no lock.
+    """
+
+    def __init__(
+        self,
+        role: str,
+        peers: Mapping[str, str],
+        startup_timeout: float,
+        stall_timeout: float,
+        last_step: Optional[int] = None,
+        exit_fn: Callable[[str, int, str], None] = fail,
+        clock: Callable[[], float] = time.monotonic,
+        alone: bool = False,
+        preempted: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self._role = role
+        self._alone = alone
+        self._preempted = preempted
+        self._peers = dict(peers)
+        self._startup_timeout = startup_timeout
+        self._stall_timeout = stall_timeout
+        self._last_step = last_step
+        self._exit = exit_fn
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._started_at = clock()
+        self._last_progress: Optional[float] = None
+        self._step: Optional[int] = None
+        self._sessions = 0
+        # Plain flags, set and cleared without the lock: `due`, and whether an
+        # evaluation batch (or a step in flight) ran since the last check.
+        self.due = True
+        self._alive = False
+        self._evaluations = EvaluationHook(clock, self.alive)
+        self._eval_warning = (0.0, 0.0)  # (start of the evaluation warned about, next warning)
+
+    @property
+    def step(self) -> Optional[int]:
+        """The last global step seen (once per check), or None before the first step."""
+        return self._step
+
+    def start(self) -> None:
+        """Starts the checking thread; the start-up deadline counts from now."""
+        self._started_at = self._clock()
+        interval = max(0.5, min(5.0, self._startup_timeout / 10, self._stall_timeout / 10))
+        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stops the checking thread and waits for it (a daemon thread inside TensorFlow's
+        file functions when the interpreter exits aborts the process)."""
+        self._stop.set()
+        _join(self._thread)
+
+    def _run(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            self.check()
+
+    def check(self) -> None:
+        """Ends the process if a deadline has passed, then asks the hook for a fresh step.
+
+        Called by the thread. The stall timer counts from when a fetched step
+        last moved (or an evaluation batch last ran), so it sees progress up to
+        one check interval and two steps late: far below any stall timeout.
+        """
+        now = self._clock()
+        evaluation = self._evaluations.running()
+        with self._lock:
+            reading = self._alive
+            if self._alive and self._last_progress is not None:
+                self._last_progress = now
+            self._alive = False
+            last, step = self._last_progress, self._step
+        if last is None and now - self._started_at > self._startup_timeout:
+            missing = unreachable(self._peers)
+            if missing:
+                where = f"unreachable: {', '.join(missing)}"
+            elif self._alone:
+                where = "a single process: its input or graph building is stuck"
+            else:
+                where = "every peer accepts connections, but no step ran"
+            self._exit(
+                self._role,
+                exit_codes.CLUSTER_TIMEOUT,
+                f"no training step within the start-up timeout of {self._startup_timeout:g} s "
+                f"({where}). Start every task of the cluster, or raise --startup_timeout.",
+            )
+        elif last is not None and now - last > self._stall_timeout:
+            self._exit(
+                self._role,
+                exit_codes.STALLED,
+                f"the global step stayed at {step} for {now - last:.0f} s (stall timeout "
+                f"{self._stall_timeout:g} s); "
+                + (
+                    "training or evaluation is stuck. "
+                    if self._alone
+                    else "a peer is stuck or gone. Restart the job from its latest checkpoint. "
+                )
+                + "Raise --stall_timeout for very slow steps.",
+            )
+        elif reading and evaluation:
+            self._warn_long_evaluation(now, *evaluation)
+        self.due = True
+
+    def _warn_long_evaluation(self, now: float, began: float, step: Any, batches: int) -> None:
+        """Warns once an evaluation has read for the stall timeout, again at 2x, 4x ..."""
+        warned, after = self._eval_warning
+        warned, after = (warned, after) if warned == began else (began, self._stall_timeout)
+        if now - began > after:
+            logging.warning(EVAL_LONG_ALONE.format(step=step, seconds=now - began, batches=batches))
+            after *= 2
+        self._eval_warning = (warned, after)
+
+    def session_created(self) -> None:
+        """Records a (re-)created session; a second one after training started is fatal."""
+        with self._lock:
+            self._sessions += 1
+            recovered = self._sessions > 1 and self._step is not None
+        if recovered:
+            self._exit(
+                self._role,
+                exit_codes.SESSION_RECOVERY,
+                f"TensorFlow re-created this task's session at step {self._step}, which would "
+                "restore the last checkpoint on this task alone and diverge from the others. "
+                "Restart the whole job from its latest checkpoint instead.",
+            )
+
+    def progress(self, step: int) -> None:
+        """Records a completed step, fetched when `due`; the first one arms fail-fast."""
+        self.due = False
+        with self._lock:
+            first = self._last_progress is None
+            if first or step != self._step:
+                self._last_progress = self._clock()
+            self._step = step
+        if first:
+            arm_fail_fast()
+            logging.info(
+                "estimator_dist: task %s %s (global step %d).",
+                self._role,
+                exit_codes.FIRST_STEP_MARKER,
+                step,
+            )
+
+    def alive(self) -> None:
+        """Records progress without a global step: an evaluation batch, or a step in flight.
+
+        Only sets a flag; the next `check` counts it as progress at that time.
+        """
+        self._alive = True
+
+    def training_ended(self, step: int) -> None:
+        """Ends the process when this task's training loop ended before the last step."""
+        if self._last_step is None or step >= self._last_step or self._preempted():
+            return
+        if self._alone:
+            logging.warning(INPUT_ENDED_ALONE.format(step=step, last=self._last_step))
+            return
+        self._exit(
+            self._role,
+            exit_codes.INPUT_EXHAUSTED,
+            INPUT_EXHAUSTED_MESSAGE.format(step=step, last=self._last_step),
+        )
+
+    def hook(self) -> tf.compat.v1.train.SessionRunHook:
+        """Returns the hook that reports sessions and steps to this watchdog."""
+        return StepHook(self)
+
+    def eval_hook(self) -> tf.compat.v1.train.SessionRunHook:
+        """Returns the hook that reports evaluations, each batch counting as progress."""
+        return self._evaluations
+
+
+def _join(thread: Optional[threading.Thread]) -> None:
+    if thread is not None and thread is not threading.current_thread():
+        thread.join(timeout=10)

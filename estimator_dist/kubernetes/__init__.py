@@ -1,0 +1,1 @@
+"""Kubernetes manifests for a training job, built from the platform's published models."""

@@ -1,0 +1,209 @@
+"""Run a cluster until it succeeds or its failure is not worth a restart.
+
+`run_with_restarts` is the launcher's whole-job loop, kept apart from how the
+tasks are started: it takes a `Launcher` (which starts, supervises and stops
+the task processes) and a function that makes the cluster of each attempt
+(fresh ports every time), so another engine can reuse it with its own
+(`estimator_dist.launcher.ray.engine`: fresh actors and ports on the nodes alive). Each
+failed attempt is stopped whole, the checkpoint step is read, and
+`RestartPolicy` decides whether to restart from it (with a backoff of 1, 2,
+4 ... 30 s) or give up with the failure's exit code.
+
+Example:
+  >>> settings = RestartSettings(max_restarts=3, finish_timeout=300, grace_secs=10,
+  ...                            evaluator=True)
+  >>> code = run_with_restarts(launcher, lambda attempt: cluster, "/tmp/run", 400,
+  ...                          None, settings)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import shutil
+import time
+from typing import Callable, List, Optional
+
+from estimator_dist.base import exit_codes
+from estimator_dist.base.cluster import LocalCluster
+from estimator_dist.base.errors import Error
+from estimator_dist.launcher.exits import RestartPolicy
+from estimator_dist.launcher.supervise import Launcher
+
+
+@dataclasses.dataclass(frozen=True)
+class RestartSettings:
+    """How long to wait for a job, and how often to restart it.
+
+    Attributes:
+      max_restarts: Whole-cluster restarts after retryable failures.
+      finish_timeout: Seconds the other tasks may take after the first
+        training task finishes.
+      grace_secs: Seconds between SIGTERM and SIGKILL when stopping tasks.
+      evaluator: Whether the job has an evaluator, which must write the
+        final metrics.
+    """
+
+    max_restarts: int
+    finish_timeout: float
+    grace_secs: float
+    evaluator: bool
+
+
+def run_with_restarts(
+    launcher: Launcher,
+    new_cluster: Callable[[int], LocalCluster],
+    model_dir: str,
+    train_steps: Optional[int],
+    deadline: Optional[float],
+    settings: RestartSettings,
+) -> int:
+    """Starts the cluster, supervises it and restarts it until it succeeds or gives up.
+
+    Args:
+      launcher: Starts, supervises and stops the tasks; prints the summary.
+      new_cluster: The cluster of attempt N (0 first). An `Error` it raises
+        ends the job with the error's exit code.
+      model_dir: The job's model_dir, where checkpoints and metrics are read.
+      train_steps: The last step, or None when the tasks print it.
+      deadline: `time.monotonic()` at which the job fails, or None.
+      settings: Timeouts and the restart budget.
+
+    Returns:
+      The job's exit code: 0, or that of the failure that ended it.
+    """
+    started = time.monotonic()
+    attempts: List[str] = []
+    try:
+        failed = _run_attempts(
+            launcher, new_cluster, model_dir, train_steps, deadline, settings, attempts
+        )
+    except BaseException:  # A signal to the launcher: say what came before it.
+        _say_attempts(launcher, attempts)
+        raise
+    if failed is not None:
+        return failed
+    return _finish(launcher, model_dir, settings, started, attempts)
+
+
+def backoff_secs(attempt: int) -> float:
+    """Seconds to wait before restarting after failed attempt `attempt` (0 first).
+
+    Doubles from 1 s, capped at 30 s:
+
+    >>> [backoff_secs(attempt) for attempt in range(7)]
+    [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    """
+    return min(2.0**attempt, 30.0)
+
+
+def _run_attempts(
+    launcher: Launcher,
+    new_cluster: Callable[[int], LocalCluster],
+    model_dir: str,
+    train_steps: Optional[int],
+    deadline: Optional[float],
+    settings: RestartSettings,
+    attempts: List[str],
+) -> Optional[int]:
+    """Runs attempts until one succeeds (None) or the job gives up (its exit code, summary said).
+
+    Appends one line per failed attempt to `attempts`: its cause, the
+    checkpoint step it left and the steps lost (the highest step a task
+    printed past that checkpoint: a lower bound, as tasks print every
+    `--log_step_count_steps`).
+    """
+    from estimator_dist.base import files
+
+    policy = RestartPolicy(settings.max_restarts)  # It ends the loop: no restarts left.
+    attempt = 0
+    while True:
+        try:
+            cluster = new_cluster(attempt)
+        except Error as error:  # No cluster to run on, such as too few Ray nodes left.
+            _say_attempts(launcher, attempts)
+            launcher.say(f"job failed: {error}; {len(attempts)} failed attempt(s)")
+            return error.exit_code
+        launcher.start(cluster.tasks, attempt)
+        failure = launcher.supervise(
+            deadline,
+            train_steps,
+            settings.finish_timeout,
+            evaluator_restarts=settings.max_restarts,
+        )
+        launcher.failed_at = time.monotonic()
+        launcher.stop(settings.grace_secs)
+        if failure is None:
+            return None
+        launcher.say(f"attempt {attempt} failed: {failure.cause}; stopped every task")
+        step = files.checkpoint_step(model_dir)
+        lost = max(0, launcher.last_step_seen - step)
+        reason = policy.give_up(failure, step)
+        summary = f"attempt {attempt}: {failure.cause}; "
+        attempts.append(
+            f"restart after {summary}resumed from checkpoint step {step}, {lost} step(s) lost"
+            if reason is None
+            else f"{summary}not restarted ({reason}); latest checkpoint step {step}, "
+            f"{lost} step(s) lost"
+        )
+        if reason is not None:
+            _say_attempts(launcher, attempts)
+            launcher.say(f"job failed ({reason}); {len(attempts)} failed attempt(s)")
+            return failure.exit_code
+        _clear_preemption(model_dir)
+        backoff = backoff_secs(attempt)
+        launcher.say(
+            f"restarting the whole cluster from checkpoint step {step} in {backoff:g} s "
+            f"(restart {attempt + 1} of at most {settings.max_restarts})"
+        )
+        time.sleep(backoff)
+        attempt += 1
+
+
+def _say_attempts(launcher: Launcher, attempts: List[str]) -> None:
+    """Prints one line per failed attempt, and per restart of the evaluator alone."""
+    for line in attempts:
+        launcher.say(line)
+    for line in launcher.evaluator_restarts:
+        launcher.say(f"evaluator restarted alone after: {line}")
+
+
+def _finish(
+    launcher: Launcher,
+    model_dir: str,
+    settings: RestartSettings,
+    started: float,
+    attempts: List[str],
+) -> int:
+    """After the attempt that succeeded: the summary and the final metrics."""
+    from estimator_dist.base import files
+
+    for path in glob.glob(os.path.join(model_dir, "tmp_worker_*")):
+        shutil.rmtree(path, ignore_errors=True)
+    launcher.say(f"job finished in {time.monotonic() - started:.1f} s")
+    _say_attempts(launcher, attempts)
+    metrics = files.read_final_metrics(model_dir)
+    if metrics is not None:
+        launcher.say(f"final evaluation: {files.format_metrics(metrics)}")
+    elif settings.evaluator:
+        launcher.say(f"the evaluator wrote no final metrics to {model_dir}")
+        return exit_codes.FAILURE
+    return exit_codes.OK
+
+
+def _clear_preemption(model_dir: str) -> None:
+    """Removes the stopped attempt's preemption requests and decision before a restart.
+
+    A chief stopped while a peer was gone may leave a decision to stop at a
+    step past the latest checkpoint, which a restarted worker reading it
+    before the new chief clears the directory would obey: every task of that
+    attempt is stopped now, so none of its files means anything any more.
+    """
+    import tensorflow as tf
+
+    from estimator_dist.guards.preemption import PREEMPTION_DIR
+
+    path = os.path.join(model_dir, PREEMPTION_DIR)
+    if tf.io.gfile.exists(path):
+        tf.io.gfile.rmtree(path)

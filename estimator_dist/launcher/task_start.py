@@ -1,0 +1,101 @@
+"""How one task's process starts: what it is given, and what the launcher holds of it.
+
+`supervise.Launcher` does not start processes itself: it builds a
+`TaskSpec` for each task and calls a start function, which returns a
+`TaskProcess`. `start_local_task` is the local launcher's: a child process of
+the launcher, pinned to its cores, holding the kernel's parent death signal.
+`estimator_dist.launcher.ray.engine` starts the same command in a Ray actor on another
+node and returns a proxy with the same interface.
+
+Example:
+  >>> from estimator_dist.base.cluster import make_local_cluster
+  >>> config = make_local_cluster(1, [2001]).tasks[0]
+  >>> spec = TaskSpec("estimator_dist.train", ("--train_steps=10",), config, None)
+  >>> process = start_local_task(spec)  # doctest: +SKIP
+  >>> for line in process.stdout:  # doctest: +SKIP
+  ...     print(line, end="")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from typing import Dict, FrozenSet, Iterable, Optional, Protocol, Tuple
+
+from estimator_dist.base import console
+from estimator_dist.base.cluster import ClusterConfig
+from estimator_dist.base.cpus import task_process_setup
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    """What one task runs.
+
+    Attributes:
+      module: The module the task runs with `python -m`.
+      args: Its arguments, the same on every task.
+      config: The task's TF_CONFIG.
+      cores: The cores to pin the task to, or None for every core.
+    """
+
+    module: str
+    args: Tuple[str, ...]
+    config: ClusterConfig
+    cores: Optional[FrozenSet[int]]
+
+    def environment(self) -> Dict[str, str]:
+        """The variables the task gets on top of its host's environment.
+
+        >>> from estimator_dist.base.cluster import make_local_cluster
+        >>> config = make_local_cluster(1, [2001]).tasks[0]
+        >>> sorted(TaskSpec("m", (), config, None).environment())
+        ['ESTIMATOR_DIST_SUPERVISED', 'PYTHONUNBUFFERED', 'TF_CONFIG']
+        """
+        return {
+            "TF_CONFIG": self.config.to_json(),
+            "PYTHONUNBUFFERED": "1",
+            console.SUPERVISED_ENV: "1",
+        }
+
+
+class TaskProcess(Protocol):
+    """What the launcher needs of a started task: `subprocess.Popen`'s part it uses.
+
+    `stdout` yields the task's output lines (stderr included) until it
+    exits; `wait` raises `subprocess.TimeoutExpired` on timeout. A process
+    may also have `where` (text after `started <task> (pid N)`, such as
+    ` on Ray node 10.0.0.2 (node 3f2a1c0d)`) and `lost` (why it ended without
+    an exit of its own, such as its node's death), which the launcher shows.
+    """
+
+    pid: int
+    stdout: Iterable[str]
+
+    def poll(self) -> Optional[int]: ...
+
+    def wait(self, timeout: Optional[float] = None) -> int: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
+    def send_signal(self, signum: int) -> None: ...
+
+
+def start_local_task(spec: TaskSpec) -> subprocess.Popen:
+    """Starts the task as a child of this process: its cores, its parent death signal.
+
+    Call it from the main thread: the parent death signal follows the thread
+    that started the child (see `cpus.task_process_setup`).
+    """
+    return subprocess.Popen(
+        [sys.executable, "-m", spec.module, *spec.args],
+        env=dict(os.environ, **spec.environment()),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=task_process_setup(spec.cores, os.getpid()),
+    )

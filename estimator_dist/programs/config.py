@@ -1,0 +1,354 @@
+"""What `estimator_dist.script` runs: the script or module, its arguments, the task's settings.
+
+The program is a script file (`--script=train.py`, run as `python train.py`
+runs it) or a module of a package (`--module=trainer.task`, run as
+`python -m trainer.task` runs it, with `--package_path` first on `sys.path`).
+A module is found by its files, without importing anything: the launcher must
+not run user code.
+
+Its flags live on their own `FlagValues` (`define_flags`), because a script
+that uses absl defines and parses its own flags on the global ones; the
+launcher defines them too and passes them on (`ScriptConfig.to_args`). No
+TensorFlow import here: the launcher reads this before starting any task.
+
+>>> config = ScriptConfig(__file__, ["--max_steps=10"], communication="ring")
+>>> config.to_args()[:2]
+['--communication=RING', '--startup_timeout=600.0']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import List, Optional, Sequence, Tuple
+
+from absl import flags
+
+from estimator_dist.base.errors import UsageError
+from estimator_dist.programs.locate import (
+    check_module_name,
+    check_package_path,
+    check_script,
+    find_module,
+)
+from run_config.names import COMMUNICATIONS
+
+__all__ = ["ScriptConfig", "check_script", "config_from_flags", "define_flags", "model_dir_of"]
+
+PROGRAM = "estimator_dist.script"
+
+
+#: Names of the flags `define_flags` defines, in the order they are passed on.
+FLAG_NAMES = (
+    "model_dir",
+    "communication",
+    "collective_timeout",
+    "startup_timeout",
+    "stall_timeout",
+    "eval_start_delay_secs",
+    "eval_throttle_secs",
+    "preemption_checkpoint",
+    "preemption_grace_secs",
+)
+
+
+#: The flags that name the program instead of a script path; passed on before the others.
+PROGRAM_FLAG_NAMES = ("module", "package_path")
+
+#: Arguments of a program that name its model_dir, by the conventions programs follow.
+MODEL_DIR_ARGS = ("--model_dir", "--model-dir", "--job-dir", "--job_dir")
+
+
+def model_dir_of(script_args: Sequence[str]) -> Optional[str]:
+    """The model_dir a program is given by its own arguments, if one of them names it.
+
+    >>> model_dir_of(["--max_steps=10", "--model_dir", "/tmp/run1"])
+    '/tmp/run1'
+    >>> model_dir_of(["--job-dir=gs://bucket/run"]), model_dir_of(["--steps=1"])
+    ('gs://bucket/run', None)
+    """
+    for index, arg in enumerate(script_args):
+        name, equals, value = arg.partition("=")
+        if name in MODEL_DIR_ARGS:
+            if equals:
+                return value
+            if index + 1 < len(script_args):
+                return script_args[index + 1]
+    return None
+
+
+def define_flags(flag_values: flags.FlagValues, package_path_help: str = "") -> None:
+    """Defines this module's flags on `flag_values` (the launcher defines them too).
+
+    `package_path_help` replaces the help of `--package_path` (the manifest's
+    means a path inside the image).
+
+    They live on their own `FlagValues` in this module, not on `flags.FLAGS`:
+    a script that uses absl defines and parses its own flags there.
+    """
+    f = flag_values
+    flags.DEFINE_string(
+        "module",
+        None,
+        "Run this module of a package as `python -m` runs it (e.g. trainer.task, with "
+        "`from . import model` inside) instead of a script: its file is sys.argv[0], "
+        "__name__ is __main__ and relative imports work. Everything after `--` is its own "
+        "arguments. See docs/scripts.md.",
+        flag_values=f,
+    )
+    flags.DEFINE_string(
+        "package_path",
+        None,
+        package_path_help
+        or "With --module: the directory holding the module's top-level package, put first "
+        "on sys.path (default: the current directory, made absolute).",
+        flag_values=f,
+    )
+    flags.DEFINE_string(
+        "model_dir",
+        None,
+        "The directory the script's estimator writes to (its RunConfig or Estimator "
+        "model_dir). When given, a task whose estimator uses another one fails at once "
+        "(exit 2). The launcher writes logs/ there and reads the checkpoint step from it.",
+        flag_values=f,
+    )
+    flags.DEFINE_enum(
+        "communication",
+        "AUTO",
+        COMMUNICATIONS,
+        "Collective implementation of the MultiWorkerMirroredStrategy given to a script "
+        "whose RunConfig sets no train_distribute; NCCL needs GPUs, RING runs anywhere.",
+        case_sensitive=False,
+        flag_values=f,
+    )
+    flags.DEFINE_float(
+        "collective_timeout",
+        0,
+        "Seconds a collective of the given strategy may wait for its peers; 0 waits forever "
+        "(see estimator_dist.train --helpfull).",
+        lower_bound=0.0,
+        flag_values=f,
+    )
+    flags.DEFINE_float(
+        "startup_timeout",
+        600,
+        "Seconds for the cluster to assemble and run the first step before a training "
+        "task fails (exit 151).",
+        lower_bound=1.0,
+        flag_values=f,
+    )
+    flags.DEFINE_float(
+        "stall_timeout",
+        120,
+        "Seconds the global step may stay the same before a training task fails (exit 152); "
+        "on the evaluator, seconds without a new checkpoint while the chief is unreachable.",
+        lower_bound=1.0,
+        flag_values=f,
+    )
+    flags.DEFINE_integer(
+        "eval_start_delay_secs",
+        None,
+        "Replaces the script's EvalSpec start_delay_secs (TensorFlow's default: 120 s).",
+        lower_bound=0,
+        flag_values=f,
+    )
+    flags.DEFINE_integer(
+        "eval_throttle_secs",
+        None,
+        "Replaces the script's EvalSpec throttle_secs (TensorFlow's default: 600 s). A "
+        "checkpoint at the last step ends the evaluator's wait at once, whatever its value.",
+        lower_bound=0,
+        flag_values=f,
+    )
+    flags.DEFINE_boolean(
+        "preemption_checkpoint",
+        True,
+        "On SIGTERM or SIGINT, stop every task at one global step and checkpoint it (exit "
+        "155), as estimator_dist.train does; --nopreemption_checkpoint leaves the signals to "
+        "the script.",
+        flag_values=f,
+    )
+    flags.DEFINE_float(
+        "preemption_grace_secs",
+        25,
+        "Seconds after SIGTERM or SIGINT at which a task exits 155 even if the job could not "
+        "stop at one step. Keep it below the platform's grace period.",
+        lower_bound=1.0,
+        flag_values=f,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ScriptConfig:
+    """A legacy script to run on a task, and what the task adds to it.
+
+    Attributes:
+      path: The script; made absolute and checked to be Python. With `module`,
+        the module's file (what `python -m` puts in `sys.argv[0]`), found from it.
+      args: The program's own command-line arguments.
+      communication: RING, NCCL or AUTO (any case), for the strategy given to
+        a script whose RunConfig has none.
+      collective_timeout: Seconds a collective may wait, or None for ever.
+      startup_timeout: Seconds to the first training step.
+      stall_timeout: Seconds the global step may stay the same.
+      model_dir: The directory the script's estimator must write to, or None
+        to take the script's.
+      eval_start_delay_secs: Replaces the EvalSpec's start_delay_secs, or None.
+      eval_throttle_secs: Replaces the EvalSpec's throttle_secs, or None.
+      preemption_checkpoint: Stop every task at one checkpointed step on
+        SIGTERM/SIGINT (`estimator_dist.guards.preemption`).
+      preemption_grace_secs: Seconds from the signal to a forced exit 155.
+      module: The module to run as `python -m` runs it, instead of a script.
+      package_path: With `module`: the directory put first on `sys.path`
+        (default: the current directory), made absolute.
+      resolve: Whether the program's files are on this machine, to be found and
+        checked; False for a manifest, whose program is inside an image: then
+        only the names are checked and paths are kept as given.
+
+    >>> config = ScriptConfig(__file__, ["--max_steps=10"], communication="ring")
+    >>> config.communication, config.args
+    ('RING', ('--max_steps=10',))
+    """
+
+    path: Optional[str] = None
+    args: Tuple[str, ...] = ()
+    communication: str = "AUTO"
+    collective_timeout: Optional[float] = None
+    startup_timeout: float = 600.0
+    stall_timeout: float = 120.0
+    model_dir: Optional[str] = None
+    eval_start_delay_secs: Optional[int] = None
+    eval_throttle_secs: Optional[int] = None
+    preemption_checkpoint: bool = True
+    preemption_grace_secs: float = 25.0
+    module: Optional[str] = None
+    package_path: Optional[str] = None
+    resolve: bool = dataclasses.field(default=True, compare=False)
+
+    def __post_init__(self) -> None:
+        self._check_program()
+        object.__setattr__(self, "args", tuple(self.args))
+        communication = str(self.communication).upper()
+        if communication not in COMMUNICATIONS:
+            raise UsageError(
+                f"--communication={self.communication} is not a collective implementation; "
+                f"valid values are {', '.join(COMMUNICATIONS)}."
+            )
+        object.__setattr__(self, "communication", communication)
+        if self.collective_timeout is not None and self.collective_timeout <= 0:
+            raise UsageError(
+                f"collective_timeout must be positive or None, received {self.collective_timeout}."
+            )
+        for name in ("startup_timeout", "stall_timeout", "preemption_grace_secs"):
+            if getattr(self, name) <= 0:
+                raise UsageError(f"--{name} must be positive, received {getattr(self, name)}.")
+        for name in ("eval_start_delay_secs", "eval_throttle_secs"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise UsageError(f"--{name} must be 0 or more, received {value}.")
+        if self.model_dir is not None:
+            if not self.model_dir:
+                raise UsageError("--model_dir is empty; give the directory the script writes to.")
+            if "://" not in self.model_dir and self.resolve:
+                object.__setattr__(self, "model_dir", os.path.abspath(self.model_dir))
+
+    def _check_program(self) -> None:
+        """Checks the script or the module (found by its files when `resolve`)."""
+        if self.module is None and self.package_path is not None:
+            raise UsageError(
+                f"--package_path={self.package_path} was given without --module; expected "
+                "it only with --module=PACKAGE.MODULE. Add --module, or leave --package_path "
+                "out to run a --script."
+            )
+        if self.module is None and not self.path:
+            raise UsageError(
+                "no program given (neither --script nor --module); expected one of them: "
+                "--script=train.py for a script file, or --module=trainer.task for a module "
+                "of a package, run as `python -m trainer.task` runs it."
+            )
+        if self.module is None:
+            path = check_script(self.path) if self.resolve else self.path
+            object.__setattr__(self, "path", path)
+            return
+        if not self.resolve:
+            check_module_name(self.module)
+            if self.path is not None:
+                raise UsageError(_both(self.path, self.module))
+            return
+        package_path = check_package_path(self.package_path)
+        found = find_module(self.module, package_path)
+        # A copy (dataclasses.replace) brings the file found before.
+        if self.path is not None and os.path.abspath(self.path) != found:
+            raise UsageError(_both(self.path, self.module))
+        object.__setattr__(self, "package_path", package_path)
+        object.__setattr__(self, "path", found)
+
+    @property
+    def program(self) -> str:
+        """How messages name the program: `train.py`, or `module trainer.task`."""
+        return f"module {self.module}" if self.module else str(self.path)
+
+    def to_args(self) -> List[str]:
+        """The command line of `python -m estimator_dist.script` that runs this config.
+
+        >>> ScriptConfig(module="m", package_path="/srv", resolve=False).to_args()[:2]
+        ['--module=m', '--package_path=/srv']
+        """
+        values = {
+            "model_dir": self.model_dir,
+            "communication": self.communication,
+            "collective_timeout": self.collective_timeout,
+            "startup_timeout": self.startup_timeout,
+            "stall_timeout": self.stall_timeout,
+            "eval_start_delay_secs": self.eval_start_delay_secs,
+            "eval_throttle_secs": self.eval_throttle_secs,
+            "preemption_checkpoint": str(self.preemption_checkpoint).lower(),
+            "preemption_grace_secs": self.preemption_grace_secs,
+        }
+        given = [f"--{name}={values[name]}" for name in FLAG_NAMES if values[name] is not None]
+        if self.module is None:
+            return [*given, "--", str(self.path), *self.args]
+        program = [f"--module={self.module}"]
+        if self.package_path is not None:
+            program.append(f"--package_path={self.package_path}")
+        return [*program, *given, "--", *self.args]
+
+
+def _both(path: str, module: str) -> str:
+    return (
+        f"both --script={path} and --module={module} were given; expected one program: "
+        "--script=FILE for a script, or --module=PACKAGE.MODULE for a module of a package. "
+        "Keep one of the two."
+    )
+
+
+def config_from_flags(
+    flag_values: flags.FlagValues,
+    path: Optional[str],
+    args: Sequence[str],
+    resolve: bool = True,
+) -> ScriptConfig:
+    """Turns parsed `define_flags` flags, the script (or --module) and its arguments into a config.
+
+    Raises:
+      UsageError: for a bad value, script or module.
+    """
+    f = flag_values
+    if path is not None and f.module is not None:
+        raise UsageError(_both(path, f.module))
+    return ScriptConfig(
+        module=f.module,
+        package_path=f.package_path,
+        resolve=resolve,
+        path=path,
+        args=tuple(args),
+        communication=f.communication,
+        collective_timeout=f.collective_timeout or None,
+        startup_timeout=f.startup_timeout,
+        stall_timeout=f.stall_timeout,
+        model_dir=f.model_dir,
+        eval_start_delay_secs=f.eval_start_delay_secs,
+        eval_throttle_secs=f.eval_throttle_secs,
+        preemption_checkpoint=f.preemption_checkpoint,
+        preemption_grace_secs=f.preemption_grace_secs,
+    )

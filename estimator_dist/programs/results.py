@@ -1,0 +1,76 @@
+"""What the chief of a program shares with its other tasks through model_dir, and how.
+
+An evaluation's dict crosses tasks with its numpy types (`encode_metrics`,
+`decode_metrics`), the chief evaluates on a local copy of the estimator,
+outside the cluster (`local_copy`), and clears model_dir for a program that
+deletes it, keeping the launcher's task logs (`clear`). Used by
+`estimator_dist.programs.loop`.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+
+def encode_metrics(metrics: Mapping[str, Any]) -> Dict[str, dict]:
+    """A JSON form of an evaluation's dict that `decode_metrics` turns back, types included.
+
+    >>> decode_metrics(encode_metrics({"loss": np.float32(0.5), "global_step": np.int64(3)}))
+    {'loss': 0.5, 'global_step': 3}
+    """
+    encoded = {}
+    for name, value in metrics.items():
+        array = np.asarray(value)
+        encoded[name] = {"dtype": array.dtype.str, "value": array.tolist()}
+    return encoded
+
+
+def decode_metrics(encoded: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
+    """The dict `encode_metrics` encoded: numpy scalars and arrays of the same dtypes."""
+    return {
+        name: np.asarray(entry["value"], dtype=np.dtype(entry["dtype"]))[()]
+        for name, entry in encoded.items()
+    }
+
+
+def clear(target: str, model_dir: str, keep: Tuple[str, ...]) -> None:
+    """Deletes `target` (model_dir or a directory above it), keeping model_dir's `keep` entries."""
+    if not tf.io.gfile.exists(target):
+        return
+    for name in tf.io.gfile.listdir(target):
+        entry = os.path.join(target, name.rstrip("/"))
+        if entry == model_dir or model_dir.startswith(entry.rstrip("/") + "/"):
+            clear(entry, model_dir, keep)
+        elif not (target == model_dir and name.rstrip("/") in keep):
+            if tf.io.gfile.isdir(entry):
+                tf.io.gfile.rmtree(entry)
+            else:
+                tf.io.gfile.remove(entry)
+
+
+def local_copy(estimator: Any) -> Any:
+    """A copy of `estimator` that evaluates in a local session, outside the cluster."""
+    local = copy.deepcopy(estimator)
+    config = local._config
+    config._distribute_coordinator_mode = None
+    config._train_distribute = config._eval_distribute = None
+    config._cluster_spec = tf.train.ClusterSpec({})
+    config._task_type, config._task_id = None, 0
+    config._master = config._evaluation_master = ""
+    config._num_worker_replicas, config._num_ps_replicas = 1, 0
+    local._train_distribution = local._eval_distribution = None
+    local._device_fn = None
+    return local
+
+
+def placed(path: str, model_dir: str) -> Optional[str]:
+    """Where `path` is: "covers" (model_dir or a directory above), "below", or None (elsewhere)."""
+    path, model_dir = path.rstrip("/") + "/", model_dir.rstrip("/") + "/"
+    if model_dir.startswith(path):
+        return "covers"
+    return "below" if path.startswith(model_dir) else None

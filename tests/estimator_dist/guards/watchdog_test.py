@@ -1,0 +1,610 @@
+"""Watchdog and EvaluatorWatchdog: fail-fast decisions, with a fake clock and a fake exit.
+
+`Watchdog.check()` is called directly with a clock the test moves by hand, and
+`exit_fn` records its arguments instead of ending the process. Peers are real
+loopback addresses: one held by a listening socket the test opens, one on a
+free port nobody listens on.
+"""
+
+import logging
+import re
+import socket
+import threading
+from types import SimpleNamespace
+
+import portpicker
+import pytest
+import tensorflow as tf
+from tensorflow.python.training import monitored_session
+
+from estimator_dist.base import exit_codes, tf_patches
+from estimator_dist.guards import watchdog
+from estimator_dist.guards.evaluator_watchdog import EvaluatorWatchdog
+from estimator_dist.guards.watchdog import Watchdog, unreachable
+from tests.hooks import CountingHook
+from tests.task_models import linear_model_fn
+
+pytestmark = pytest.mark.timeout(60)
+
+STARTUP = 10.0
+STALL = 20.0
+
+
+@pytest.fixture(autouse=True)
+def restore_preemption_errors():
+    original = monitored_session._PREEMPTION_ERRORS
+    try:
+        yield original
+    finally:
+        monitored_session._PREEMPTION_ERRORS = original
+
+
+@pytest.fixture
+def listening():
+    """A loopback address that accepts connections, held for the test."""
+    server = socket.create_server(("127.0.0.1", 0))
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def refusing():
+    """A loopback address nobody listens on."""
+    return f"127.0.0.1:{portpicker.pick_unused_port()}"
+
+
+class Clock:
+    def __init__(self, now=1000.0):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+class Exits:
+    """Records `exit_fn(role, code, cause)` calls; `event` is set at the first."""
+
+    def __init__(self):
+        self.calls = []
+        self.event = threading.Event()
+
+    def __call__(self, role, code, cause):
+        self.calls.append((role, code, cause))
+        self.event.set()
+
+    @property
+    def codes(self):
+        return [code for _, code, _ in self.calls]
+
+
+def make_watchdog(peers=None, startup=STARTUP, stall=STALL, last_step=None):
+    clock, exits = Clock(), Exits()
+    dog = Watchdog("worker-1", peers or {}, startup, stall, last_step, exit_fn=exits, clock=clock)
+    return dog, clock, exits
+
+
+# --- start-up -----------------------------------------------------------------
+
+
+def test_no_exit_before_the_startup_deadline(refusing):
+    dog, clock, exits = make_watchdog({"chief-0": refusing})
+    dog.check()
+    clock.now += STARTUP
+    dog.check()
+    assert exits.calls == []
+
+
+def test_startup_timeout_names_only_unreachable_peers(refusing, listening):
+    dog, clock, exits = make_watchdog({"chief-0": refusing, "worker-0": listening})
+    clock.now += STARTUP + 0.01
+    dog.check()
+    assert len(exits.calls) == 1
+    role, code, cause = exits.calls[0]
+    assert (role, code) == ("worker-1", exit_codes.CLUSTER_TIMEOUT)
+    assert f"unreachable: chief-0 ({refusing})" in cause
+    assert "worker-0" not in cause
+    assert listening not in cause
+    assert "start-up timeout of 10 s" in cause
+    assert "--startup_timeout" in cause
+
+
+def test_startup_timeout_with_every_peer_reachable_says_so(listening):
+    dog, clock, exits = make_watchdog({"chief-0": listening})
+    clock.now += STARTUP + 1
+    dog.check()
+    assert exits.codes == [exit_codes.CLUSTER_TIMEOUT]
+    cause = exits.calls[0][2]
+    assert "every peer accepts connections, but no step ran" in cause
+    assert "unreachable:" not in cause
+
+
+def test_startup_timeout_names_every_unreachable_peer(refusing):
+    other = f"127.0.0.1:{portpicker.pick_unused_port()}"
+    dog, clock, exits = make_watchdog({"chief-0": refusing, "worker-0": other})
+    clock.now += STARTUP + 1
+    dog.check()
+    cause = exits.calls[0][2]
+    assert f"unreachable: chief-0 ({refusing}), worker-0 ({other})" in cause
+
+
+def test_start_restarts_the_startup_deadline():
+    dog, clock, exits = make_watchdog()
+    clock.now += 100
+    dog.start()
+    try:
+        clock.now += STARTUP
+        dog.check()
+        assert exits.calls == []
+        clock.now += 0.01
+        dog.check()
+        assert exits.codes[-1] == exit_codes.CLUSTER_TIMEOUT
+    finally:
+        dog.stop()
+
+
+def test_started_thread_calls_exit_after_startup_timeout():
+    exits = Exits()
+    dog = Watchdog("chief-0", {}, startup_timeout=0.1, stall_timeout=60, exit_fn=exits)
+    dog.start()
+    try:
+        assert exits.event.wait(timeout=10), "the watchdog thread never called exit_fn"
+    finally:
+        dog.stop()
+    assert exits.calls[0][:2] == ("chief-0", exit_codes.CLUSTER_TIMEOUT)
+
+
+def test_progress_ends_the_startup_deadline(refusing):
+    dog, clock, exits = make_watchdog({"chief-0": refusing}, startup=10, stall=100)
+    clock.now += 5
+    dog.progress(1)
+    clock.now += 50
+    dog.check()
+    assert exits.calls == []
+
+
+# --- stall --------------------------------------------------------------------
+
+
+def test_stall_after_progress_names_the_step():
+    dog, clock, exits = make_watchdog()
+    dog.progress(42)
+    assert dog.step == 42
+    clock.now += STALL
+    dog.check()
+    assert exits.calls == []
+    clock.now += 0.5
+    dog.check()
+    assert len(exits.calls) == 1
+    role, code, cause = exits.calls[0]
+    assert (role, code) == ("worker-1", exit_codes.STALLED)
+    assert "the global step stayed at 42" in cause
+    assert "stall timeout 20 s" in cause
+    assert "--stall_timeout" in cause
+
+
+def test_new_step_resets_the_stall_timer():
+    dog, clock, exits = make_watchdog()
+    dog.progress(1)
+    clock.now += 15
+    dog.progress(2)
+    clock.now += 15  # 30 s after step 1, 15 s after step 2
+    dog.check()
+    assert exits.calls == []
+    clock.now += 5.5  # 20.5 s after step 2
+    dog.check()
+    assert exits.codes == [exit_codes.STALLED]
+    assert "stayed at 2" in exits.calls[0][2]
+
+
+def test_same_step_repeated_does_not_reset_the_stall_timer():
+    dog, clock, exits = make_watchdog()
+    dog.progress(7)
+    clock.now += 15
+    dog.progress(7)
+    clock.now += 5.5  # 20.5 s after step 7 first ran
+    dog.check()
+    assert exits.codes == [exit_codes.STALLED]
+    assert "stayed at 7" in exits.calls[0][2]
+
+
+def test_step_is_none_before_progress():
+    dog, _, _ = make_watchdog()
+    assert dog.step is None
+
+
+# --- sessions -----------------------------------------------------------------
+
+
+def test_sessions_created_before_the_first_step_are_fine():
+    dog, _, exits = make_watchdog()
+    dog.session_created()
+    dog.session_created()
+    assert exits.calls == []
+    dog.progress(0)
+    assert exits.calls == []
+
+
+def test_session_created_after_a_step_is_session_recovery():
+    dog, _, exits = make_watchdog()
+    dog.session_created()
+    dog.progress(3)
+    assert exits.calls == []
+    dog.session_created()
+    assert len(exits.calls) == 1
+    role, code, cause = exits.calls[0]
+    assert (role, code) == ("worker-1", exit_codes.SESSION_RECOVERY)
+    assert "step 3" in cause
+
+
+# --- fail-fast arming ---------------------------------------------------------
+
+
+@pytest.fixture
+def patched():
+    """The package's TensorFlow patches, as the driver installs them (fail-fast needs them)."""
+    already = tf_patches.installed()
+    tf_patches.install()
+    try:
+        yield
+    finally:
+        if not already:
+            tf_patches.uninstall()
+
+
+def test_first_progress_arms_fail_fast(restore_preemption_errors, patched):
+    assert restore_preemption_errors != ()
+    dog, _, _ = make_watchdog()
+    dog.session_created()
+    assert monitored_session._PREEMPTION_ERRORS == restore_preemption_errors
+    dog.progress(1)
+    assert monitored_session._PREEMPTION_ERRORS == ()
+
+
+def test_only_the_first_progress_arms_fail_fast(monkeypatch):
+    armed = []
+    monkeypatch.setattr(watchdog, "arm_fail_fast", lambda: armed.append(True))
+    dog, _, _ = make_watchdog()
+    dog.progress(1)
+    dog.progress(2)
+    dog.progress(2)
+    assert armed == [True]
+
+
+def test_first_progress_logs_the_first_step_marker(caplog):
+    caplog.set_level(logging.INFO)
+    dog, _, _ = make_watchdog()
+    dog.progress(5)
+    dog.progress(6)
+    marked = [
+        r.getMessage() for r in caplog.records if exit_codes.FIRST_STEP_MARKER in r.getMessage()
+    ]
+    assert marked == [
+        f"estimator_dist: task worker-1 {exit_codes.FIRST_STEP_MARKER} (global step 5)."
+    ]
+
+
+# --- training loop ending early ----------------------------------------------
+
+
+def test_training_ending_before_the_last_step_is_input_exhausted_and_not_retried():
+    dog, _, exits = make_watchdog(last_step=300)
+    dog.training_ended(20)
+    assert exits.codes == [exit_codes.INPUT_EXHAUSTED]
+    assert not exit_codes.is_retryable(exit_codes.INPUT_EXHAUSTED)
+    cause = exits.calls[0][2]
+    assert "ended at global step 20, before --train_steps=300" in cause
+    assert "dataset.repeat()" in cause
+    assert "not retried" in cause
+
+
+def test_a_single_process_whose_input_ends_early_only_warns(caplog):
+    exits = Exits()
+    dog = Watchdog("local", {}, STARTUP, STALL, 300, exit_fn=exits, clock=Clock(), alone=True)
+    dog.training_ended(20)
+    assert exits.calls == []
+    assert "Training ended at global step 20, before --train_steps=300" in caplog.text
+
+
+def test_evaluation_batches_keep_a_single_process_from_stalling():
+    clock, exits = Clock(), Exits()
+    dog = Watchdog("local", {}, STARTUP, STALL, 300, exit_fn=exits, clock=clock, alone=True)
+    dog.progress(5)
+    hook = dog.eval_hook()
+    for _ in range(3):
+        clock.now += STALL * 0.9
+        hook.after_run(run_context=None, run_values=None)
+        dog.check()
+    assert exits.calls == []
+    clock.now += STALL + 0.01
+    dog.check()
+    assert exits.codes == [exit_codes.STALLED]
+    assert "training or evaluation is stuck" in exits.calls[0][2]
+
+
+def _alone():
+    clock, exits = Clock(), Exits()
+    dog = Watchdog("local", {}, STARTUP, STALL, 300, exit_fn=exits, clock=clock, alone=True)
+    return dog, clock, exits
+
+
+def _begin_evaluation(hook, checkpoint_step):
+    """Starts an evaluation as Estimator does: a graph with the restored global step."""
+    with tf.Graph().as_default():
+        step = tf.compat.v1.train.create_global_step()
+        hook.begin()
+        with tf.compat.v1.Session() as session:
+            session.run(step.assign(checkpoint_step))
+            hook.after_create_session(session, coord=None)
+
+
+def test_a_long_single_process_evaluation_is_warned_at_1_2_4_stall_timeouts_not_ended(caplog):
+    dog, clock, exits = _alone()
+    dog.progress(300)
+    hook = dog.eval_hook()
+    _begin_evaluation(hook, 300)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(8 * 4):  # 8 stall timeouts of reading, checked 4 times each
+            clock.now += STALL / 4
+            for _ in range(5):
+                hook.after_run(run_context=None, run_values=None)
+            dog.check()
+    warnings = [r.getMessage() for r in caplog.records if "has run" in r.getMessage()]
+    assert [w.split(" has run ")[1].split(" s ")[0] for w in warnings] == ["25", "45", "85"]
+    assert (
+        "evaluation of the checkpoint of global step 300 has run 25 s and read 25 batches"
+        in (warnings[0])
+    )
+    assert "pass --eval_steps to bound each evaluation" in warnings[0]
+    assert exits.calls == [], "a long evaluation is not ended"
+
+
+def test_an_evaluation_that_ends_within_the_stall_timeout_is_fine():
+    dog, clock, exits = _alone()
+    dog.progress(100)
+    hook = dog.eval_hook()
+    for _ in range(3):  # Three evaluations of 0.9 x the stall timeout each, training between.
+        _begin_evaluation(hook, dog.step)
+        clock.now += STALL * 0.9
+        hook.after_run(run_context=None, run_values=None)
+        dog.check()
+        hook.end(session=None)
+        dog.progress(dog.step + 100)
+    assert exits.calls == []
+
+
+def test_an_evaluation_that_stopped_reading_is_a_stall_not_an_unending_input():
+    dog, clock, exits = _alone()
+    dog.progress(300)
+    hook = dog.eval_hook()
+    _begin_evaluation(hook, 300)
+    hook.after_run(run_context=None, run_values=None)
+    clock.now += STALL * 0.5
+    dog.check()
+    clock.now += STALL * 0.6  # No batch since: stuck, not reading.
+    dog.check()
+    assert exits.calls == []
+    clock.now += STALL * 0.5
+    dog.check()
+    assert exits.codes == [exit_codes.STALLED]
+
+
+@pytest.mark.parametrize("last_step, step", [(300, 300), (300, 301), (None, 20)])
+def test_training_ending_at_the_last_step_or_unbounded_is_fine(last_step, step):
+    dog, _, exits = make_watchdog(last_step=last_step)
+    dog.training_ended(step)
+    assert exits.calls == []
+
+
+def _finite_input():
+    features = tf.data.Dataset.from_tensor_slices(tf.ones([5, 1]))
+    return tf.data.Dataset.zip((features, features)).batch(1)
+
+
+@pytest.mark.parametrize("max_steps, expected", [(20, [("worker-1", 6, 5)]), (5, [])])
+def test_hook_reports_an_input_that_runs_out_before_the_last_step(tmp_path, max_steps, expected):
+    # A real Estimator: MonitoredSession must call the hook's end() when the
+    # input runs out, while the session is still open.
+    exits = Exits()
+    dog = Watchdog("worker-1", {}, STARTUP, STALL, last_step=max_steps, exit_fn=exits)
+    estimator = tf.estimator.Estimator(linear_model_fn, model_dir=str(tmp_path))
+    estimator.train(_finite_input, hooks=[dog.hook()], max_steps=max_steps)
+    assert [
+        (role, code, int(re.search(r"step (\d+),", cause)[1])) for role, code, cause in exits.calls
+    ] == expected
+
+
+# --- hook ---------------------------------------------------------------------
+
+
+def test_hook_reports_sessions_and_steps():
+    dog, _, exits = make_watchdog()
+    hook = dog.hook()
+    hook.after_create_session(session=None, coord=None)
+    hook.after_run(run_context=None, run_values=SimpleNamespace(results=9))
+    assert dog.step == 9
+    hook.after_create_session(session=None, coord=None)
+    assert exits.codes == [exit_codes.SESSION_RECOVERY]
+
+
+def test_a_check_asks_the_hook_for_one_fresh_step():
+    dog, clock, _ = make_watchdog()
+    hook = dog.hook()
+    with tf.Graph().as_default():
+        tf.compat.v1.train.get_or_create_global_step()
+        hook.begin()
+    assert hook.before_run(None) is not None, "the first step is fetched"
+    hook.after_run(None, SimpleNamespace(results=1))
+    assert hook.before_run(None) is None
+    hook.after_run(None, SimpleNamespace(results=None))
+    assert dog.step == 1
+    clock.now += 1
+    dog.check()
+    assert hook.before_run(None) is not None
+    hook.after_run(None, SimpleNamespace(results=40))
+    assert (dog.step, hook.before_run(None)) == (40, None)
+
+
+def test_a_slow_step_in_flight_when_the_check_asks_counts_as_progress():
+    # Steps of 0.6 x the stall timeout: the step running at a check ends before
+    # the next one fetches, and the watchdog must not wait for that fetch.
+    dog, clock, exits = make_watchdog()
+    hook = dog.hook()
+    dog.progress(1)
+    for _ in range(5):
+        clock.now += STALL * 0.6
+        dog.check()
+        hook.after_run(None, SimpleNamespace(results=None))  # the step in flight ends
+        clock.now += STALL * 0.6
+        dog.check()
+        hook.after_run(None, SimpleNamespace(results=dog.step + 1))  # the next one fetched
+    assert exits.calls == []
+    clock.now += STALL + 0.01
+    dog.check()
+    assert exits.codes == [exit_codes.STALLED]
+
+
+def _repeated_input():
+    return _finite_input().repeat()
+
+
+def test_the_hook_fetches_the_global_step_once_in_100_steps_not_every_step(tmp_path):
+    # A real Estimator: one fetch (the first step) in 100 steps, and one more
+    # for each check of the watchdog's thread (here by hand every 40 steps).
+    exits = Exits()
+    dog = Watchdog("worker-1", {}, STARTUP, STALL, last_step=100, exit_fn=exits)
+    counting = CountingHook(dog.hook(), every=40, action=dog.check)
+    estimator = tf.estimator.Estimator(linear_model_fn, model_dir=str(tmp_path))
+    estimator.train(_repeated_input, hooks=[counting], max_steps=100)
+    assert (counting.runs, counting.fetches) == (100, 3)
+    assert dog.step in (79, 80), "the step of the last fetch, at run 80"
+    assert exits.calls == []
+
+
+# --- unreachable and fail -----------------------------------------------------
+
+
+def test_unreachable_returns_only_refusing_peers(refusing, listening):
+    assert unreachable({"chief-0": refusing, "worker-0": listening}) == [f"chief-0 ({refusing})"]
+    assert unreachable({"worker-0": listening}) == []
+    assert unreachable({}) == []
+
+
+def test_unreachable_accepts_bracketed_ipv6():
+    try:
+        server = socket.create_server(("::1", 0), family=socket.AF_INET6)
+    except OSError:
+        pytest.skip("no IPv6 loopback")
+    with server:
+        address = f"[::1]:{server.getsockname()[1]}"
+        assert unreachable({"chief-0": address}) == []
+
+
+def test_fail_writes_one_line_and_exits_with_the_code(monkeypatch, capsys):
+    exited = []
+    monkeypatch.setattr(watchdog.os, "_exit", exited.append)
+    watchdog.fail("worker-2", exit_codes.STALLED, "the step stayed at 4")
+    assert exited == [exit_codes.STALLED]
+    err = capsys.readouterr().err
+    assert err == "estimator_dist: task worker-2 failed (exit 152): the step stayed at 4\n"
+
+
+# --- EvaluatorWatchdog ----------------------------------------------------------
+
+
+def wait_for_exit(dog, exits):
+    """Runs the evaluator watchdog until it calls exit_fn (at most 10 s)."""
+    dog.start()
+    try:
+        assert exits.event.wait(timeout=10), "the evaluator watchdog never called exit_fn"
+    finally:
+        dog.stop()
+
+
+def test_evaluator_watchdog_exits_without_checkpoints_and_chief(tmp_path, refusing):
+    exits = Exits()
+    dog = EvaluatorWatchdog(
+        "evaluator-0", str(tmp_path), {"chief-0": refusing}, stall_timeout=0.2, exit_fn=exits
+    )
+    wait_for_exit(dog, exits)
+    role, code, cause = exits.calls[0]
+    assert (role, code) == ("evaluator-0", exit_codes.STALLED)
+    assert str(tmp_path) in cause
+    assert refusing in cause
+    assert "latest: None" in cause
+
+
+def test_evaluator_watchdog_tells_an_unending_evaluation_from_a_stall(tmp_path, refusing):
+    exits = Exits()
+    dog = EvaluatorWatchdog(
+        "evaluator-0", str(tmp_path), {"chief-0": refusing}, stall_timeout=0.2, exit_fn=exits
+    )
+    hook = dog.eval_hook()
+    hook.after_create_session(session=None, coord=None)
+    for _ in range(7):
+        hook.after_run(run_context=None, run_values=None)
+    wait_for_exit(dog, exits)
+    role, code, cause = exits.calls[0]
+    assert (role, code) == ("evaluator-0", exit_codes.EVAL_UNENDING)
+    assert "read 7 batches without ending" in cause
+    assert "--eval_steps" in cause
+
+
+def test_evaluator_watchdog_after_an_evaluation_ended_reports_a_stall(tmp_path, refusing):
+    exits = Exits()
+    dog = EvaluatorWatchdog(
+        "evaluator-0", str(tmp_path), {"chief-0": refusing}, stall_timeout=0.2, exit_fn=exits
+    )
+    hook = dog.eval_hook()
+    hook.after_create_session(session=None, coord=None)
+    hook.end(session=None)
+    wait_for_exit(dog, exits)
+    assert exits.codes[0] == exit_codes.STALLED
+    assert "with no evaluation running" in exits.calls[0][2]
+
+
+def test_evaluator_watchdog_names_the_latest_checkpoint(tmp_path, refusing):
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-7"\n')
+    (tmp_path / "model.ckpt-7.index").write_bytes(b"")
+    exits = Exits()
+    dog = EvaluatorWatchdog(
+        "evaluator-0", str(tmp_path), {"chief-0": refusing}, 0.2, last_step=10, exit_fn=exits
+    )
+    dog.eval_hook().evaluated = 7  # It evaluated step 7 and waits for a newer checkpoint.
+    wait_for_exit(dog, exits)
+    assert exits.calls[0][1] == exit_codes.STALLED
+    assert f"latest: {tmp_path / 'model.ckpt-7'}" in exits.calls[0][2]
+    assert "training has not reached its last step 10" in exits.calls[0][2]
+    assert "failed or was stopped before its last step" in exits.calls[0][2]
+
+
+def test_evaluator_watchdog_waits_while_the_chief_is_reachable(tmp_path, listening):
+    exits = Exits()
+    dog = EvaluatorWatchdog(
+        "evaluator-0", str(tmp_path), {"chief-0": listening}, stall_timeout=0.2, exit_fn=exits
+    )
+    dog.start()
+    try:
+        assert not exits.event.wait(timeout=1.5), exits.calls
+    finally:
+        dog.stop()
+
+
+def test_evaluator_watchdog_never_judges_a_sleeping_evaluator_nor_one_past_the_last_step(
+    tmp_path, refusing
+):
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-10"\n')
+    (tmp_path / "model.ckpt-10.index").write_bytes(b"")
+    exits = Exits()
+    dog = EvaluatorWatchdog(
+        "evaluator-0", str(tmp_path), {"chief-0": refusing}, 0.2, last_step=10, exit_fn=exits
+    )
+    dog.start()
+    try:
+        # The final checkpoint exists and the chief is gone: the evaluator evaluates it, and
+        # exits as TensorFlow does; no stall however long no checkpoint comes.
+        assert not exits.event.wait(timeout=1.5), exits.calls
+        assert dog.finished()
+    finally:
+        dog.stop()

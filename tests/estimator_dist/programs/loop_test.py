@@ -1,0 +1,308 @@
+"""train()/evaluate() loops and early stopping of whole legacy programs, on a cluster too.
+
+The programs are `tests/legacy/scripts/train_evaluate_loop.py` (train/evaluate
+cycles, an export, predictions) and `early_stopping.py` (an early-stopping
+hook in the TrainSpec), each run in one process and on 2 workers and an
+evaluator through the launcher: real processes, bounded, logs printed on
+failure.
+"""
+
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from estimator_dist.base.cluster import ClusterConfig, parse_tf_config
+from estimator_dist.base.errors import UsageError
+from estimator_dist.guards.preemption import EARLY_STOP, Preemption
+from estimator_dist.programs import loop as script_loop
+from estimator_dist.programs import results as script_results
+from estimator_dist.programs import user
+from estimator_dist.task import early_stopping
+from tests.procs import REPO, run_module
+
+SCRIPTS = os.path.join(REPO, "tests", "legacy", "scripts")
+TIMEOUT = 240
+
+
+def test_metrics_cross_tasks_with_their_values_and_types():
+    metrics = {
+        "accuracy": np.float32(0.8125),
+        "global_step": np.int64(80),
+        "auc": np.float64(1 / 3),
+        "confusion": np.array([[1, 2], [3, 4]], np.int32),
+    }
+    decoded = script_results.decode_metrics(
+        json.loads(json.dumps(script_results.encode_metrics(metrics)))
+    )
+    assert sorted(decoded) == sorted(metrics)
+    for name, value in metrics.items():
+        assert decoded[name].dtype == value.dtype, name
+        np.testing.assert_array_equal(decoded[name], value)
+    assert type(decoded["accuracy"]) is np.float32
+
+
+def _estimator(tmp_path, tf_config, monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", json.dumps(tf_config))
+    config = tf.estimator.RunConfig(model_dir=str(tmp_path))
+    return tf.estimator.Estimator(lambda features, labels, mode: None, config=config)
+
+
+@pytest.mark.parametrize("task_type", ["chief", "worker"])
+def test_early_stopping_hooks_are_decided_by_the_chief_alone(tmp_path, monkeypatch, task_type):
+    tf_config = {
+        "cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"]},
+        "task": {"type": task_type, "index": 0},
+    }
+    estimator = _estimator(tmp_path, tf_config, monkeypatch)
+    cluster = parse_tf_config(json.dumps(tf_config))
+    hook = tf.estimator.experimental.stop_if_higher_hook(estimator, "accuracy", 0.9)
+    other = tf.compat.v1.train.StepCounterHook()
+    preemption = Preemption(f"{task_type}-0", str(tmp_path), task_type)
+    hooks = early_stopping.agreed([hook, other], preemption, cluster, channel=True)
+    if task_type == "chief":
+        assert [type(h) for h in hooks] == [early_stopping.AgreedStopHook, type(other)]
+    else:
+        assert hooks == [other]  # TensorFlow's _CheckForStoppingHook would wait forever.
+    # Without the channel the chief alone would stop: refused, with the fix.
+    with pytest.raises(UsageError, match="Drop --nopreemption_checkpoint"):
+        early_stopping.agreed([hook, other], preemption, cluster, channel=False)
+
+
+def test_one_process_stops_where_estimators_own_hook_would(tmp_path, monkeypatch):
+    estimator = _estimator(tmp_path, {}, monkeypatch)
+    hook = tf.estimator.experimental.stop_if_higher_hook(estimator, "accuracy", 0.9)
+    preemption = Preemption("local", str(tmp_path), "chief")
+    (agreed,) = early_stopping.agreed([hook], preemption, ClusterConfig(), channel=False)
+    requests = []
+
+    class Context:
+        def request_stop(self):
+            requests.append(True)
+
+    agreed._should_stop = lambda: True
+    agreed.after_run(Context(), tf.compat.v1.train.SessionRunValues(7, None, None))
+    assert requests == [True]  # After this step, no step ahead to agree on.
+    assert preemption.reason.startswith(EARLY_STOP) and preemption.stop_at is None
+    assert early_stopping.stopped_early(preemption)
+
+
+def test_a_stop_asked_by_early_stopping_is_decided_and_ends_with_no_preemption_exit(tmp_path):
+    exits = []
+    chief = Preemption("chief-0", str(tmp_path), "chief", exit_fn=lambda *a: exits.append(a))
+    tf.io.gfile.makedirs(os.path.join(str(tmp_path), "preemption"))
+    chief.session_started(40)
+    chief.request_stop(40, "stop_if_higher")
+    chief.poll_once()
+    assert chief.stop_at is not None and chief.stop_at > 40
+    assert chief.reason == f"{EARLY_STOP}: stop_if_higher" and not chief.requested
+    while not chief.step_done():
+        pass
+    chief.finished()
+    assert exits == []
+    decision = json.load(open(os.path.join(str(tmp_path), "preemption", "decision.json")))
+    assert decision["done"] and decision["saved_step"] == chief.stop_at
+
+
+def launch(script, model_dir, *program_args, model_dir_flag=True):
+    """The launcher on 2 workers and an evaluator running `script` (checked: exit 0)."""
+    return run_module(
+        "estimator_dist.launch",
+        [
+            "--num_workers=2",
+            "--evaluator",
+            f"--script={os.path.join(SCRIPTS, script)}",
+            "--communication=RING",
+            "--timeout_secs=200",
+            *([f"--model_dir={model_dir}"] if model_dir_flag else []),
+            "--",
+            *program_args,
+        ],
+        TIMEOUT,
+        model_dir=model_dir,
+    )
+
+
+def _kernel(model_dir):
+    return tf.train.load_variable(model_dir, "dense/kernel")
+
+
+def _loop_args(model_dir, results):
+    return [f"--model_dir={model_dir}", f"--results_dir={results}", "--cycles=3"]
+
+
+@pytest.mark.multiprocess
+def test_a_train_evaluate_loop_on_two_workers_equals_one_process(tmp_path):
+    script = os.path.join(SCRIPTS, "train_evaluate_loop.py")
+    alone, cluster = str(tmp_path / "alone"), str(tmp_path / "cluster")
+    run_module(
+        "estimator_dist.script",
+        [script, *_loop_args(alone, tmp_path / "alone_results")],
+        TIMEOUT,
+        model_dir=alone,
+    )
+    run = launch(
+        "train_evaluate_loop.py",
+        cluster,
+        *_loop_args(cluster, tmp_path / "cluster_results"),
+        model_dir_flag=False,
+    )
+    results = {
+        os.path.basename(path): json.load(open(path))
+        for path in glob.glob(str(tmp_path / "cluster_results" / "*.json"))
+    }
+    # Every task took the same branches with the same values and types.
+    assert sorted(results) == ["chief-0.json", "worker-0.json"], run.describe()
+    assert results["chief-0.json"] == results["worker-0.json"]
+    history = results["chief-0.json"]["history"]
+    assert [cycle["global_step"] for cycle in history] == [[20, "<i8"], [40, "<i8"], [60, "<i8"]]
+    assert history[-1]["accuracy"][1] == "<f4"
+    reference = json.load(open(tmp_path / "alone_results" / "local.json"))["history"]
+    assert len(reference) == len(history) == 3
+    for one, two in zip(reference, history):
+        assert abs(one["loss"][0] - two["loss"][0]) <= 1e-5, (reference, history)
+    np.testing.assert_allclose(_kernel(cluster), _kernel(alone), atol=1e-5)
+    # One export, written by the chief, whose path every task returned.
+    assert glob.glob(os.path.join(cluster, "export", "*")) == [results["chief-0.json"]["export"]]
+    assert results["worker-0.json"]["predictions"] == 200
+    final = run.json("eval_metrics.json")
+    assert final["final"] and final["metrics"]["global_step"] == 60, final
+    assert "[evaluator] estimator_dist: the program calls estimator.train() outside" in run.output
+    assert "[launcher] final evaluation: global_step=60" in run.output
+
+
+@pytest.mark.multiprocess
+def test_early_stopping_stops_every_task_at_one_checkpointed_step(tmp_path):
+    model_dir = str(tmp_path / "model")
+    # The script's Estimator gets no model_dir: it gets the launcher's.
+    run = launch("early_stopping.py", model_dir, "--max_steps=100000")
+    record = run.json("run_record.json")
+    stopped = record["stopped_early"]
+    assert stopped["reason"].startswith(EARLY_STOP), record
+    step = stopped["step"]
+    assert 0 < step < 100000
+    assert tf.train.latest_checkpoint(model_dir).endswith(f"model.ckpt-{step}")
+    final = run.json("eval_metrics.json")
+    assert final["final"] and final["metrics"]["global_step"] == step, final
+    assert final["metrics"]["accuracy"] >= 0.9
+    assert run.json("last_step.json")["last_step"] == step
+    assert "exited with code 0" not in run.output
+
+
+@pytest.mark.multiprocess
+def test_two_models_cleared_between_trained_for_epochs_on_two_workers(tmp_path):
+    """rmtree(model_dir) before each model, train() with no steps over epochs of a frame."""
+    script = os.path.join(SCRIPTS, "two_models.py")
+    alone, cluster = str(tmp_path / "alone"), str(tmp_path / "cluster")
+    run_module(
+        "estimator_dist.script",
+        [script, f"--outdir={alone}", f"--results_dir={tmp_path / 'alone_results'}"],
+        TIMEOUT,
+        model_dir=alone,
+    )
+    results = f"--results_dir={tmp_path / 'cluster_results'}"
+    run = launch("two_models.py", cluster, f"--outdir={cluster}", results)
+    chief = json.load(open(tmp_path / "cluster_results" / "chief-0.json"))
+    worker = json.load(open(tmp_path / "cluster_results" / "worker-0.json"))
+    assert chief == worker, run.describe()
+    # 3 epochs of 640 rows in batches of 64, for each model, from step 0 after each clearing.
+    assert [r["global_step"] for r in chief["results"]] == [30.0, 30.0]
+    # Every worker reads the whole frame (no input_context): the linear model's step is one
+    # process's, duplicated.
+    alone_results = json.load(open(tmp_path / "alone_results" / "local.json"))["results"]
+    assert (
+        abs(chief["results"][0]["loss"] - alone_results[0]["loss"])
+        <= 1e-5 * alone_results[0]["loss"]
+    )
+    # The chief alone cleared model_dir the second time, once the worker had arrived, keeping
+    # the launcher's task logs.
+    assert sorted(os.listdir(os.path.join(cluster, "logs"))) == [
+        "chief-0.log",
+        "evaluator-0.log",
+        "launcher.log",
+        "worker-0.log",
+    ]
+    (attempt,) = glob.glob(os.path.join(cluster, "loop", "*"))
+    assert {"rmtree-1.json", "rmtree-1-worker-0.json"} <= set(os.listdir(attempt))
+    assert run.json("eval_metrics.json")["final"]
+
+
+@pytest.mark.multiprocess
+def test_early_stopping_in_one_process_ends_with_its_final_evaluation(tmp_path):
+    model_dir = str(tmp_path / "model")
+    run = run_module(
+        "estimator_dist.script",
+        [
+            f"--model_dir={model_dir}",
+            os.path.join(SCRIPTS, "early_stopping.py"),
+            "--max_steps=100000",
+        ],
+        TIMEOUT,
+        model_dir=model_dir,
+    )
+    stopped = run.json("run_record.json")["stopped_early"]
+    assert stopped["reason"].startswith(EARLY_STOP) and 0 < stopped["step"] < 100000
+    recorded = run.json("last_step.json")
+    assert (recorded["last_step"], recorded["how"]) == (stopped["step"], stopped["reason"])
+    final = run.json("eval_metrics.json")
+    assert final["final"] and final["metrics"]["global_step"] == stopped["step"], final
+    assert tf.train.latest_checkpoint(model_dir).endswith(f"model.ckpt-{stopped['step']}")
+
+
+@pytest.mark.multiprocess
+def test_a_keras_model_to_estimator_tutorial_trains_on_two_workers(tmp_path):
+    """Its temporary model_dir per task becomes the launcher's; every task warm-starts alike."""
+    model_dir = str(tmp_path / "model")
+    run = launch("keras_tutorial.py", model_dir, "--steps=40")
+    assert tf.train.latest_checkpoint(model_dir).endswith("model.ckpt-40"), run.describe()
+    assert os.path.exists(os.path.join(model_dir, "keras", "keras_model.ckpt.index"))
+    final = run.json("eval_metrics.json")
+    assert final["final"] and final["metrics"]["global_step"] == 40, final
+
+
+def test_an_error_of_eager_only_code_says_programs_run_in_graph_mode():
+    try:
+        raise RuntimeError("`tf.data.Dataset` only supports Python-style iteration in eager mode")
+    except RuntimeError as error:
+        explained = user.user_code_error(error, __file__)
+    assert user.GRAPH_MODE in str(explained)
+    assert explained.exit_code == 5
+
+
+class _Task:
+    """What LoopTask asks of its ScriptTask, for calls that end before any training."""
+
+    attempt = "attempt-1"
+    calls = 0
+
+    def __init__(self, model_dir):
+        self._model_dir = model_dir
+
+    def model_dir_of(self, estimator):
+        return self._model_dir
+
+    def join(self, estimator, model_dir, view):
+        return {}
+
+    def where_in_program(self):
+        return "train.py:7: "
+
+
+def _worker_loop(tmp_path, cluster):
+    tf_config = {"cluster": cluster, "task": {"type": "worker", "index": 0}}
+    return script_loop.LoopTask(_Task(str(tmp_path)), parse_tf_config(json.dumps(tf_config)), 60)
+
+
+def test_train_refuses_what_estimator_refuses_and_an_unbounded_segment_with_ps(tmp_path):
+    cluster = {"chief": ["localhost:1"], "worker": ["localhost:2"], "ps": ["localhost:3"]}
+    loop = _worker_loop(tmp_path, cluster)
+    with pytest.raises(ValueError, match="Can not provide both steps and max_steps"):
+        loop.train(None, None, None, steps=5, max_steps=10)
+    with pytest.raises(ValueError, match="Must specify steps > 0, given: 0"):
+        loop.train(None, None, None, steps=0)
+    with pytest.raises(UsageError) as raised:
+        loop.train(None, None, None)
+    assert str(raised.value) == script_loop.NO_STEPS_PS.format(where="train.py:7: ")
