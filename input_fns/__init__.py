@@ -27,7 +27,6 @@ import dataclasses
 import functools
 from typing import Any, Callable, Mapping, Optional
 
-from estimator_dist.base import params as params_lib
 from estimator_dist.base.registry import Registry
 from input_fns import (
     cifar10_binary,
@@ -48,7 +47,7 @@ class Registration:
     Attributes:
       input_fn: `input_fn(mode, input_context, params)`.
       parameters: The dataclass of the `params` keys it reads; every model
-        function accepts them too (`params.share_keys`).
+        function accepts them too (their fields are `params.INPUT_KEYS`).
       prepare: Writes or checks its data before any worker starts, or None.
     """
 
@@ -82,8 +81,6 @@ REGISTERED: Mapping[str, Registration] = {
 }
 
 INPUT_FNS = Registry("input_fn", {name: entry.input_fn for name, entry in REGISTERED.items()})
-for _entry in REGISTERED.values():
-    params_lib.share_keys(_entry.parameters)
 
 
 def prepare_input(name: str, params: Mapping[str, Any]) -> None:

@@ -174,9 +174,6 @@ class EpochParams:
             )
 
 
-params_lib.share_keys(EpochParams)
-
-
 def epoch_schedule(base_rate: float, params: Optional[Mapping[str, Any]]) -> LearningRateSchedule:
     """`base_rate`, decayed by `params["decay_rate"]` after each of `params["decay_epochs"]`.
 

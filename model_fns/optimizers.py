@@ -67,12 +67,9 @@ import tensorflow as tf
 from tensorflow.python.distribute import values as value_lib
 
 from estimator_dist.base.errors import UsageError
+from estimator_dist.base.params import ACCUMULATION_STEPS, MICRO_BATCHES
 from model_fns import learning_rates
 
-#: The params key the driver sets from `--gradient_accumulation_steps`.
-ACCUMULATION_STEPS = "gradient_accumulation_steps"
-#: The params key the driver sets from `--micro_batches`.
-MICRO_BATCHES = "micro_batches"
 #: Graph collection that records every micro-batched update built; the driver
 #: checks it to refuse `--micro_batches` a model_fn would silently ignore.
 MICRO_BATCH_COLLECTION = "estimator_dist_micro_batches"

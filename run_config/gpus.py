@@ -3,7 +3,7 @@
 `--num_gpus` counts GPUs per worker, as in TF Model Garden. Every task uses
 that many of the GPUs it sees, the first ones, and TensorFlow's runtime is
 made to see only those (`use_gpus`): 0 hides them all and trains on the CPU.
-What follows for the strategy (`plan_strategy`):
+What follows for the strategy (`run_config.options.plan_strategy`):
 
 * `multi_worker_mirrored` on a cluster: each worker mirrors the model over
   its own GPUs and all-reduces across workers (NCCL between the GPUs of a
@@ -17,20 +17,17 @@ What follows for the strategy (`plan_strategy`):
 
 Without `--num_gpus` nothing is hidden and every strategy uses what it sees.
 
->>> plan_strategy("multi_worker_mirrored", 4, distributed=False)
-('mirrored', ('/gpu:0', '/gpu:1', '/gpu:2', '/gpu:3'))
->>> plan_strategy("multi_worker_mirrored", 4, distributed=True)
-('multi_worker_mirrored', ())
+>>> check_gpus(None, visible=2), check_gpus(1, visible=2)
+(2, 1)
 """
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Optional
 
 import tensorflow as tf
 
 from estimator_dist.base.errors import UsageError
-from run_config.names import MIRRORED, MULTI_WORKER_MIRRORED, OFF, ONE_DEVICE
 
 #: Why hiding GPUs failed: TensorFlow's runtime already started with them.
 TOO_LATE_MESSAGE = (
@@ -72,38 +69,3 @@ def use_gpus(count: int) -> None:
         tf.config.set_visible_devices(physical[:count], "GPU")
     except RuntimeError as error:
         raise UsageError(TOO_LATE_MESSAGE.format(count=count, error=error)) from None
-
-
-def plan_strategy(
-    name: str, num_gpus: Optional[int], distributed: bool
-) -> Tuple[str, Tuple[str, ...]]:
-    """The strategy to build for `--num_gpus`, and the local devices to give it.
-
-    Args:
-      name: The strategy asked for (`--distribution_strategy`).
-      num_gpus: GPUs per worker (`--num_gpus`), or None for whatever is visible.
-      distributed: Whether this task is part of a cluster (TF_CONFIG).
-
-    Returns:
-      `(name, devices)`: the strategy's name, and its devices, or `()` for
-      the strategy's own choice among the visible devices.
-
-    Raises:
-      UsageError: for `off` or `one_device` with 2 or more GPUs.
-    """
-    if num_gpus is None:
-        return name, ()
-    if name in (OFF, ONE_DEVICE) and num_gpus > 1:
-        raise UsageError(
-            f"--distribution_strategy={name} trains on one device, but --num_gpus={num_gpus} "
-            f"asks for {num_gpus}. Use --distribution_strategy={MIRRORED} (one process) or "
-            f"{MULTI_WORKER_MIRRORED}, or --num_gpus=1."
-        )
-    if name == MULTI_WORKER_MIRRORED and not distributed and num_gpus > 1:
-        name = MIRRORED
-    if name == MIRRORED:
-        devices = tuple(f"/gpu:{index}" for index in range(num_gpus)) or ("/cpu:0",)
-        return name, devices
-    if name == ONE_DEVICE:
-        return name, ("/gpu:0" if num_gpus else "/cpu:0",)
-    return name, ()

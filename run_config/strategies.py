@@ -1,6 +1,6 @@
 """Distribution strategies from plain strings, aware of the task's role.
 
-`get_strategy` builds one strategy from a `StrategyConfig`;
+`get_strategy` builds one strategy from a `StrategyConfig` (`run_config.options`);
 `make_strategies` picks the training and evaluation strategies for the
 current task of a cluster. The evaluator of a multi-worker job never builds
 MultiWorkerMirroredStrategy: it is outside the cluster, so that strategy
@@ -26,19 +26,16 @@ from tensorflow.python.distribute import collective_all_reduce_strategy
 from estimator_dist.base import tf_patches
 from estimator_dist.base.cluster import EVALUATOR, ClusterConfig
 from estimator_dist.base.errors import UsageError
-from run_config.gpus import check_gpus, plan_strategy, use_gpus
+from run_config.gpus import check_gpus, use_gpus
 from run_config.names import (
     CENTRAL_STORAGE,
-    COMMUNICATIONS,
     EVAL_STRATEGY_NAMES,
     MIRRORED,
     MULTI_WORKER_MIRRORED,
-    OFF,
     ONE_DEVICE,
     PARAMETER_SERVER,
-    STRATEGY_NAMES,
-    WIRE_DTYPES,
 )
+from run_config.options import StrategyConfig, check_cluster_fits, choice, plan_strategy
 
 #: Logged when NCCL is requested on a task that has no GPU.
 NCCL_WITHOUT_GPU_MESSAGE = (
@@ -52,93 +49,6 @@ _IMPLEMENTATIONS = {
     "RING": tf.distribute.experimental.CommunicationImplementation.RING,
     "NCCL": tf.distribute.experimental.CommunicationImplementation.NCCL,
 }
-
-
-def _choice(kind: str, value: str, valid: tuple, fix: str) -> UsageError:
-    return UsageError(f"Unknown {kind} {value!r}; valid values are {', '.join(valid)}. {fix}")
-
-
-@dataclasses.dataclass(frozen=True)
-class StrategyConfig:
-    """What strategy to build; validated and normalised on construction.
-
-    Attributes:
-      name: One of `STRATEGY_NAMES`, any case.
-      communication: RING, NCCL or AUTO, any case; used by
-        `multi_worker_mirrored` only.
-      collective_timeout_seconds: Deadline for each collective operation, or
-        None (the default) for none. With a deadline, a peer that stops
-        answering (a network partition, a frozen host) fails the job within
-        it. But TensorFlow 2.15 holds one sleeping thread per collective for
-        the whole deadline: a 2-worker mnist_cnn job with 120 s had 12,189
-        threads per worker after 40 s (190 without), and jobs with more
-        collectives abort when threads run out. The driver's stall watchdog
-        (`JobConfig.stall_timeout`) catches partitions without that cost.
-      bytes_per_pack: Gradients are all-reduced in packs of about this many
-        bytes, so that a pack can start while later gradients are still being
-        computed; 0 (the default) sends all of them in one all-reduce after
-        the backward pass, which measured fastest with one core per worker
-        (see docs/performance.md).
-      gradient_wire_dtype: `float32` (the default), or `bfloat16`/`float16`:
-        float32 gradients are rounded to that dtype for the all-reduce, summed
-        in it, and converted back to float32 before the optimizer uses them.
-        Half the bytes on the network, and about 3 significant digits per
-        gradient value (see `estimator_dist.base.tf_patches`).
-      num_gpus: GPUs per worker (Model Garden's `--num_gpus`): the first
-        that many of those a task sees, 0 for the CPU; None (the default)
-        uses every visible GPU. See `run_config.gpus`.
-    """
-
-    name: str = MULTI_WORKER_MIRRORED
-    communication: str = "AUTO"
-    collective_timeout_seconds: Optional[float] = None
-    bytes_per_pack: int = 0
-    gradient_wire_dtype: str = "float32"
-    num_gpus: Optional[int] = None
-
-    def __post_init__(self) -> None:
-        name = str(self.name).lower()
-        if name not in STRATEGY_NAMES:
-            raise _choice(
-                "distribution strategy",
-                self.name,
-                STRATEGY_NAMES,
-                "Set --distribution_strategy to one of them.",
-            )
-        communication = str(self.communication).upper()
-        if communication not in COMMUNICATIONS:
-            raise _choice(
-                "collective communication",
-                self.communication,
-                COMMUNICATIONS,
-                "Set --communication to one of them (any case).",
-            )
-        timeout = self.collective_timeout_seconds
-        if timeout is not None and timeout <= 0:
-            raise UsageError(
-                f"collective_timeout_seconds must be positive or None, received {timeout}."
-            )
-        if self.bytes_per_pack < 0:
-            raise UsageError(
-                f"bytes_per_pack must be 0 (one pack) or more, received {self.bytes_per_pack}."
-            )
-        wire_dtype = str(self.gradient_wire_dtype).lower()
-        if wire_dtype not in WIRE_DTYPES:
-            raise _choice(
-                "gradient wire dtype",
-                self.gradient_wire_dtype,
-                WIRE_DTYPES,
-                "Set --gradient_wire_dtype to one of them.",
-            )
-        if self.num_gpus is not None and self.num_gpus < 0:
-            raise UsageError(
-                f"--num_gpus must be 0 (CPU) or more, received {self.num_gpus}; leave it out "
-                "to use every visible GPU."
-            )
-        plan_strategy(name, self.num_gpus, distributed=True)  # Refuses 2+ GPUs on one device.
-        object.__setattr__(self, "gradient_wire_dtype", wire_dtype)
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "communication", communication)
 
 
 def communication_for(requested: str, num_gpus: int) -> str:
@@ -277,32 +187,6 @@ class Strategies:
         )
 
 
-def check_cluster_fits(config: StrategyConfig, cluster: ClusterConfig) -> None:
-    """Refuses strategy and cluster combinations TensorFlow cannot run.
-
-    Raises:
-      UsageError: if parameter servers and the strategy do not match, or a
-        local-only strategy is asked to train on several workers.
-    """
-    if cluster.num_ps and config.name != PARAMETER_SERVER:
-        raise UsageError(
-            f"TF_CONFIG lists {cluster.num_ps} ps task(s) but the distribution strategy "
-            f"is {config.name!r}; only 'parameter_server' uses ps tasks. Set "
-            "--distribution_strategy=parameter_server or remove the ps job."
-        )
-    if config.name == PARAMETER_SERVER and cluster.is_distributed and not cluster.num_ps:
-        raise UsageError(
-            "--distribution_strategy=parameter_server needs at least one ps task in "
-            "TF_CONFIG (or --num_ps with the launcher)."
-        )
-    if config.name in (MIRRORED, CENTRAL_STORAGE, ONE_DEVICE, OFF) and cluster.num_workers > 1:
-        raise UsageError(
-            f"--distribution_strategy={config.name} trains in one process, but TF_CONFIG "
-            f"has {cluster.num_workers} workers, which would wait forever for it. Use "
-            f"{MULTI_WORKER_MIRRORED!r} (or {PARAMETER_SERVER!r} with ps tasks)."
-        )
-
-
 def check_nccl_gpus(config: StrategyConfig, cluster: ClusterConfig, num_gpus: int) -> None:
     """Refuses NCCL when the training processes on this host outnumber its GPUs.
 
@@ -355,7 +239,7 @@ def make_strategies(
     """
     eval_name = str(eval_name).lower()
     if eval_name not in EVAL_STRATEGY_NAMES:
-        raise _choice(
+        raise choice(
             "evaluation strategy",
             eval_name,
             EVAL_STRATEGY_NAMES,

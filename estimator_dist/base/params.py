@@ -16,14 +16,15 @@ import dataclasses
 import json
 import os
 import typing
-from typing import Any, FrozenSet, Mapping, Set, Type, TypeVar
+from typing import Any, Mapping, Type, TypeVar
 
 import yaml
 
 from estimator_dist.base.errors import UsageError
 
-#: (every field of the `input_fns` parameter classes); model functions
-#: ignore them.
+#: Every field of the registered input functions' parameter classes (`input_fns.REGISTERED`,
+#: which a test holds to exactly this set): the same `params` dict feeds the input_fn and
+#: the model_fn, so a model function must accept them, while a misspelt key still fails.
 INPUT_KEYS = frozenset(
     {
         "batch_size",
@@ -39,41 +40,32 @@ INPUT_KEYS = frozenset(
         "header",
         "id_feature",
         "image_shape",
+        "image_size",
         "label_key",
         "num_classes",
         "num_examples",
         "record_read_ids",
+        "resize",
         "seed",
         "shuffle_buffer",
         "skip_bad_records",
         "split",
     }
 )
-
-#: Keys the driver puts into every model's `params` from its own flags
-#: (`--gradient_accumulation_steps`, `--micro_batches`); model functions may read
-#: or ignore them.
-JOB_KEYS = frozenset({"gradient_accumulation_steps", "micro_batches"})
+#: The fields of `model_fns.learning_rates.EpochParams` (learning rates by epoch), which any
+#: model function may be given.
+EPOCH_KEYS = frozenset({"decay_epochs", "decay_rate", "num_train_examples"})
+#: `params` key of `--gradient_accumulation_steps` (`model_fns.optimizers`).
+ACCUMULATION_STEPS = "gradient_accumulation_steps"
+#: `params` key of `--micro_batches` (`model_fns.optimizers`).
+MICRO_BATCHES = "micro_batches"
+#: Keys the driver puts into every model's `params` from its own flags; model functions
+#: may read or ignore them.
+JOB_KEYS = frozenset({ACCUMULATION_STEPS, MICRO_BATCHES})
+#: The keys every model function accepts besides its own fields.
+SHARED_KEYS = INPUT_KEYS | EPOCH_KEYS | JOB_KEYS
 
 P = TypeVar("P")
-
-# Fields of the registered input functions' parameter classes (`share_keys`).
-_INPUT_KEYS: Set[str] = set()
-
-
-def share_keys(cls: type) -> None:
-    """Lets every model function's `params` carry the fields of `cls`, an input's parameters.
-
-    `input_fns` calls it once for each registered input function: the same
-    `params` dict feeds the input_fn and the model_fn, so a model function
-    must not reject the input's keys, while a misspelt key still fails.
-    """
-    _INPUT_KEYS.update(field.name for field in dataclasses.fields(cls))
-
-
-def shared_keys() -> FrozenSet[str]:
-    """The keys every model function accepts besides its own fields."""
-    return frozenset(_INPUT_KEYS) | JOB_KEYS
 
 
 def parse_params_flag(value: str) -> dict:
@@ -166,7 +158,7 @@ def from_params(cls: Type[P], params: Mapping[str, Any], owner: str, strict: boo
     """Builds the dataclass `cls` from `params`, checking names and types.
 
     Model functions are strict: every key must be one of their fields or in
-    `shared_keys()`, so a misspelt `--params` key fails. Input functions pass
+    `SHARED_KEYS`, so a misspelt `--params` key fails. Input functions pass
     `strict=False` and take only their own fields, since the same dict
     carries the model's hyper-parameters.
 
@@ -184,7 +176,7 @@ def from_params(cls: Type[P], params: Mapping[str, Any], owner: str, strict: boo
     """
     hints = typing.get_type_hints(cls)
     fields = {field.name for field in dataclasses.fields(cls)}
-    unknown = sorted(set(params) - fields - shared_keys())
+    unknown = sorted(set(params) - fields - SHARED_KEYS)
     if unknown and strict:
         raise UsageError(
             f"Unknown parameter(s) {', '.join(unknown)} for {owner}; it accepts "

@@ -97,19 +97,13 @@ EPOCH_FLAGS = ("train_epochs", "save_checkpoints_epochs", "epochs_between_evals"
 
 
 def define_flags(flag_values: flags.FlagValues) -> None:
-    """Defines Model Garden's flags and the epoch flags; call it after the training flags."""
+    """Defines Model Garden's flags and the epoch flags; call it after the training flags.
+
+    Model Garden's flags that are settings of the job (`--num_gpus`,
+    `--num_train_examples`, `--stop_threshold`) are defined with the job's
+    (`estimator_dist.config.job`); these are the ones mapped onto them.
+    """
     f = flag_values
-    flags.DEFINE_integer(
-        "num_gpus",
-        None,
-        "GPUs each worker trains on, the first it sees (Model Garden's flag): 0 hides them "
-        "and trains on the CPU; with --distribution_strategy=multi_worker_mirrored each "
-        "worker mirrors over its GPUs and all-reduces across workers; in one process "
-        "without TF_CONFIG, 2 or more train with MirroredStrategy over them. Default, or "
-        "-1: every visible GPU.",
-        lower_bound=-1,
-        flag_values=f,
-    )
     flags.DEFINE_float(
         "train_epochs",
         None,
@@ -135,14 +129,6 @@ def define_flags(flag_values: flags.FlagValues) -> None:
         lower_bound=0.0,
         flag_values=f,
     )
-    flags.DEFINE_integer(
-        "num_train_examples",
-        None,
-        "Examples in one training epoch, for the epoch flags and --params=decay_epochs; "
-        "default: counted from the input (cifar10_binary, prepared TFDS datasets, synthetic).",
-        lower_bound=1,
-        flag_values=f,
-    )
     flags.DEFINE_string(
         "all_reduce_alg",
         None,
@@ -157,14 +143,6 @@ def define_flags(flag_values: flags.FlagValues) -> None:
         lower_bound=8,
         flag_values=f,
     )
-    flags.DEFINE_float(
-        "stop_threshold",
-        None,
-        "Model Garden's early stopping: once an evaluation's accuracy reaches this, every task "
-        "stops at one step a little ahead, which the chief checkpoints, and the job ends "
-        "(exit 0) with the final evaluation of that step.",
-        flag_values=f,
-    )
     for alias, original in ALIASES.items():
         flags.DEFINE_alias(alias, original, flag_values=f)
     for name, instead in REFUSED.items():
@@ -176,6 +154,9 @@ def define_flags(flag_values: flags.FlagValues) -> None:
 class Resolved:
     """The job settings Model Garden's flags and the epoch flags come to.
 
+    Each attribute but `notes` is named after the training flag whose value
+    it replaces (`settings()`).
+
     Attributes:
       model_fn: The model_fn name (`resnet_cifar` with `--resnet_size`).
       input_fn: The training input, `cifar10_binary` for the binary release.
@@ -184,7 +165,6 @@ class Resolved:
       train_steps: The last step.
       save_checkpoints_steps: The checkpoint interval.
       communication: RING, NCCL or AUTO.
-      num_gpus: GPUs per worker, or None for every visible one.
       num_train_examples: Examples in an epoch, when known.
       notes: One line for each mapping made, as logged.
     """
@@ -196,17 +176,29 @@ class Resolved:
     train_steps: int
     save_checkpoints_steps: int
     communication: str
-    num_gpus: Optional[int]
     num_train_examples: Optional[int]
     notes: Tuple[str, ...]
 
+    def settings(self) -> Dict[str, Any]:
+        """The training flags' values these replace, by flag name."""
+        return {
+            field.name: getattr(self, field.name)
+            for field in dataclasses.fields(self)
+            if field.name != "notes"
+        }
 
-def resolve(f: flags.FlagValues, params: Dict[str, Any]) -> Resolved:
+
+def resolve(f: flags.FlagValues, params: Dict[str, Any], read_data: bool = True) -> Resolved:
     """Turns Model Garden's flags and the epoch flags into the job's settings; logs each mapping.
 
     Args:
       f: Parsed training flags.
       params: `--params`, parsed.
+      read_data: Whether to look at the data: for CIFAR-10's binary release
+        in `--data_dir`, and to count the examples of an epoch. Without, the
+        inputs stay as given and the epoch flags are only checked, for each
+        task to map when it reads its data (a manifest's data is in the
+        cluster).
 
     Raises:
       UsageError: for a refused flag, conflicting flags, or epochs without a
@@ -219,9 +211,15 @@ def resolve(f: flags.FlagValues, params: Dict[str, Any]) -> Resolved:
     params = dict(params)
     notes: List[str] = []
     model_fn = _model(f, params, notes)
-    input_fn, eval_input_fn = _inputs(f, notes)
-    examples = _train_examples(f, input_fn, {**params, "data_dir": f.data_dir})
-    train_steps, checkpoint_steps = _epochs(f, examples, notes)
+    _check_epochs(f)
+    if read_data:
+        input_fn, eval_input_fn = _inputs(f, notes)
+        examples = _train_examples(f, input_fn, {**params, "data_dir": f.data_dir})
+        train_steps, checkpoint_steps = _epochs(f, examples, notes)
+    else:
+        input_fn, eval_input_fn = f.input_fn, f.eval_input_fn
+        examples = f.num_train_examples
+        train_steps, checkpoint_steps = f.train_steps, f.save_checkpoints_steps
     resolved = Resolved(
         model_fn=model_fn,
         input_fn=input_fn,
@@ -230,7 +228,6 @@ def resolve(f: flags.FlagValues, params: Dict[str, Any]) -> Resolved:
         train_steps=train_steps,
         save_checkpoints_steps=checkpoint_steps,
         communication=_communication(f),
-        num_gpus=None if f.num_gpus in (None, -1) else f.num_gpus,
         num_train_examples=examples,
         notes=tuple(notes),
     )
@@ -344,13 +341,23 @@ def count_train_examples(input_fn: str, params: Mapping[str, Any]) -> Optional[i
     return builder.info.splits[params.get("split", "train")].num_examples
 
 
+def _check_epochs(f: flags.FlagValues) -> None:
+    """Refuses epoch flags of 0, and checkpoint intervals given twice that disagree."""
+    for name in EPOCH_FLAGS:
+        if getattr(f, name) is not None and getattr(f, name) <= 0:
+            raise UsageError(f"--{name} must be more than 0, received {getattr(f, name)}.")
+    given = {n: getattr(f, n) for n in EPOCH_FLAGS[1:] if getattr(f, n) is not None}
+    if given and (len(set(given.values())) > 1 or f["save_checkpoints_steps"].present):
+        named = [f"--{n}={v:g}" for n, v in given.items()]
+        if f["save_checkpoints_steps"].present:
+            named.append(f"--save_checkpoints_steps={f.save_checkpoints_steps}")
+        raise UsageError(f"{' and '.join(named)} disagree; give one of them.")
+
+
 def _epochs(f: flags.FlagValues, examples: Optional[int], notes: List[str]) -> Tuple[int, int]:
     """`--train_steps` and `--save_checkpoints_steps`, from the epoch flags where given."""
     from model_fns.learning_rates import epochs_to_steps
 
-    for name in EPOCH_FLAGS:
-        if getattr(f, name) is not None and getattr(f, name) <= 0:
-            raise UsageError(f"--{name} must be more than 0, received {getattr(f, name)}.")
     per_step = f.batch_size * f.gradient_accumulation_steps
     unit = f"{per_step:,} examples" + (
         f" ({f.batch_size} x {f.gradient_accumulation_steps} accumulated)"
@@ -369,11 +376,6 @@ def _epochs(f: flags.FlagValues, examples: Optional[int], notes: List[str]) -> T
     given = {n: getattr(f, n) for n in EPOCH_FLAGS[1:] if getattr(f, n) is not None}
     if not given:
         return train_steps, f.save_checkpoints_steps
-    if len(set(given.values())) > 1 or f["save_checkpoints_steps"].present:
-        named = [f"--{n}={v:g}" for n, v in given.items()]
-        if f["save_checkpoints_steps"].present:
-            named.append(f"--save_checkpoints_steps={f.save_checkpoints_steps}")
-        raise UsageError(f"{' and '.join(named)} disagree; give one of them.")
     name, epochs = next(iter(given.items()))
     steps = epochs_to_steps(epochs, examples, per_step)
     notes.append(

@@ -2,7 +2,9 @@
 
 `JobConfig` is the frozen, validated configuration that the entry points
 build from flags and that the driver, the pre-flight and the launcher
-receive; library code never reads flags.
+receive; library code never reads flags. Each of its settings is written
+once, as a field carrying its flag. No TensorFlow import: the launcher and
+the manifest check a job without it.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from typing import Any, Mapping, Optional, Tuple
 
 from estimator_dist.base import params as params_lib
 from estimator_dist.base.errors import UsageError
-from model_fns.optimizers import ACCUMULATION_STEPS, MICRO_BATCHES
-from run_config.run_config import RunConfigOptions
-from run_config.strategies import StrategyConfig
+from estimator_dist.base.settings import check_bounds, setting
+from run_config.names import EVAL_STRATEGY_NAMES
+from run_config.options import RunConfigOptions, StrategyConfig
 
 #: What `--export` can name.
 EXPORTS = ("latest", "best")
@@ -94,9 +96,8 @@ class JobConfig:
         the dry run refuses a model_fn that does not.
       learning_rate: Passed to the model as `params["learning_rate"]`.
       data_dir: Dataset directory passed to the input_fn.
-      seed: Seed for weight initialisation (graph seed) and data shuffling.
       params: Extra model and input hyper-parameters (`--params`).
-      strategy: Training distribution strategy.
+      strategy: Training distribution strategy, and the GPUs per worker.
       eval_strategy: Evaluation strategy name (`off`, `mirrored`, `one_device`).
       eval_throttle_secs: Least seconds between two evaluations.
       startup_timeout: Seconds a training task may take to complete its
@@ -120,42 +121,171 @@ class JobConfig:
         receives it as `params["num_train_examples"]` for `decay_epochs`.
       notes: How flags given in epochs or in Model Garden's terms became
         these settings, one line each (`estimator_dist.config.garden_flags`).
-      run: Checkpoint, summary, thread and GPU settings; holds `model_dir`.
+      run: Checkpoint, summary, thread and seed settings; holds `model_dir`.
+
+    Each setting is a field that carries its flag (`estimator_dist.base.settings`),
+    nested `run` and `strategy` included: `estimator_dist.config.train_flags`
+    generates the training flags from them and builds the job from the parsed
+    flags, and `__post_init__` is where the job is validated.
     """
 
     run: RunConfigOptions
-    model_fn: str = "mnist_cnn"
-    keras_model: Optional[str] = None
-    estimator: Optional[str] = None
-    input_fn: str = "digits"
-    eval_input_fn: Optional[str] = None
-    eval_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    train_steps: int = 1000
-    stop_threshold: Optional[float] = None
-    eval_steps: Optional[int] = None
-    batch_size: int = 64
-    gradient_accumulation_steps: int = 1
-    micro_batches: int = 1
-    learning_rate: float = 0.001
-    data_dir: Optional[str] = None
-    seed: Optional[int] = 0
-    params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    model_fn: str = setting(
+        "mnist_cnn",
+        "model_fn: a registered name (mnist_cnn, resnet_cifar, dnn_classifier, "
+        "linear_classifier, wide_and_deep) or package.module:function (also "
+        "module:object.method). It may take any subset of features, labels, mode, params, "
+        "config, as with tf.estimator. Default mnist_cnn.",
+        kind="string",
+        flag_default=None,
+    )
+    keras_model: Optional[str] = setting(
+        None,
+        "Instead of --model_fn: a function returning a "
+        "compiled Keras model (registered name or package.module:function), "
+        "converted with model_to_estimator.",
+        kind="string",
+    )
+    estimator: Optional[str] = setting(
+        None,
+        "Instead of --model_fn: a function build(config[, params]) returning a "
+        "tf.estimator.Estimator (or tf.compat.v1.estimator.*) built with the given RunConfig, "
+        "such as a canned DNNClassifier (registered name or package.module:function).",
+        kind="string",
+    )
+    warm_start_from: Optional[str] = setting(
+        None,
+        "Checkpoint or directory whose variables initialise the model when model_dir has no "
+        "checkpoint yet (fine-tuning, or the same start for several runs).",
+        kind="string",
+    )
+    exports: Tuple[str, ...] = setting(
+        EXPORTS,
+        "SavedModels the evaluator exports under model_dir/export/: latest (every "
+        "evaluation), best (when --export_best_by improves); empty for none.",
+        flag="export",
+    )
+    export_best_by: str = setting(
+        "loss", "Evaluation metric deciding the best export: name, name:min or name:max."
+    )
+    exports_to_keep: int = setting(3, "Exports kept of each kind.", lower_bound=1)
+    input_fn: str = setting(
+        "digits",
+        "input_fn: a registered name (digits, mnist, fashion_mnist, cifar10, cifar10_binary, "
+        "tfds, tfrecord, csv, synthetic, tabular) or package.module:function. It may take any "
+        "subset of mode, params, config, input_context and return a Dataset or (features, "
+        "labels). A --data_dir holding CIFAR-10's binary release makes cifar10, or no "
+        "--input_fn, read it with cifar10_binary.",
+    )
+    eval_input_fn: Optional[str] = setting(
+        None,
+        "Evaluation input_fn, as --input_fn; default: --input_fn called with mode EVAL.",
+        kind="string",
+    )
+    eval_params: Mapping[str, Any] = setting(
+        dataclasses.MISSING,
+        "Parameters of the evaluation input_fn over --params: key=value,... or a JSON/YAML file.",
+        flag_default="",
+        convert=params_lib.parse_params_flag,
+        default_factory=dict,
+    )
+    train_steps: int = setting(1000, "Global training steps.", lower_bound=1)
+    stop_threshold: Optional[float] = setting(
+        None,
+        "Model Garden's early stopping: once an evaluation's accuracy reaches this, every task "
+        "stops at one step a little ahead, which the chief checkpoints, and the job ends "
+        "(exit 0) with the final evaluation of that step.",
+        kind="float",
+    )
+    eval_steps: Optional[int] = setting(
+        None,
+        "Evaluation batches; default: the whole evaluation input, or 100 batches (as "
+        "tf.estimator.EvalSpec) when it repeats forever.",
+        kind="integer",
+        lower_bound=1,
+    )
+    batch_size: int = setting(
+        64,
+        "Global batch size over all replicas; must divide evenly by the number of replicas.",
+        lower_bound=1,
+    )
+    gradient_accumulation_steps: int = setting(
+        1,
+        "Micro-batches of --batch_size whose mean gradient makes one update: gradients are "
+        "summed locally and all-reduced once every this many steps. Multiplies the "
+        "effective global batch by this number; --train_steps counts updates.",
+        lower_bound=1,
+    )
+    micro_batches: int = setting(
+        1,
+        "Split each replica's batch into this many micro-batches computed one after another "
+        "in the step, and apply their mean gradient once: the same update as the whole "
+        "batch, with one micro-batch's activation memory. Must divide the per-replica batch.",
+        lower_bound=1,
+    )
+    learning_rate: float = setting(0.001, "Learning rate.", lower_bound=0.0)
+    data_dir: Optional[str] = setting(
+        None,
+        "Dataset directory: TFDS data_dir (default ~/tensorflow_datasets), or the folder of "
+        "CIFAR-10's binary release (cifar-10-batches-bin).",
+        kind="string",
+    )
+    params: Mapping[str, Any] = setting(
+        dataclasses.MISSING,
+        "Model/input hyper-parameters: key=value,... or a .json/.yaml file.",
+        flag_default="",
+        convert=params_lib.parse_params_flag,
+        default_factory=dict,
+    )
     strategy: StrategyConfig = StrategyConfig()
-    eval_strategy: str = "off"
-    eval_throttle_secs: int = 5
-    startup_timeout: float = 600.0
-    stall_timeout: float = 120.0
-    preemption_checkpoint: bool = True
-    preemption_grace_secs: float = 25.0
-    trace_every_steps: Optional[int] = None
-    warm_start_from: Optional[str] = None
-    exports: Tuple[str, ...] = EXPORTS
-    export_best_by: str = "loss"
-    exports_to_keep: int = 3
-    num_train_examples: Optional[int] = None
+    eval_strategy: str = setting(
+        "off", "Evaluation strategy.", flag="eval_distribution_strategy", enum=EVAL_STRATEGY_NAMES
+    )
+    eval_throttle_secs: int = setting(5, "Least seconds between evaluations.", lower_bound=0)
+    startup_timeout: float = setting(
+        600.0,
+        "Seconds for the cluster to assemble and run the first step before a training "
+        "task fails (exit 151), naming the peers it cannot reach.",
+        lower_bound=1.0,
+    )
+    stall_timeout: float = setting(
+        120.0,
+        "Seconds the global step may stay the same before a training task fails "
+        "(exit 152); on the evaluator, seconds without a new checkpoint while the chief "
+        "is unreachable.",
+        lower_bound=1.0,
+    )
+    preemption_checkpoint: bool = setting(
+        True,
+        "On SIGTERM or SIGINT, stop every task at one global step and checkpoint it (exit "
+        "155); --nopreemption_checkpoint leaves the signals' default.",
+    )
+    preemption_grace_secs: float = setting(
+        25.0,
+        "On SIGTERM or SIGINT every task stops at one global step, the chief checkpoints it "
+        "and all exit 155 (retryable, no step lost); this many seconds after the signal a "
+        "task exits even if the job could not stop. Keep it below the platform's grace "
+        "period (Kubernetes terminationGracePeriodSeconds, default 30).",
+        lower_bound=1.0,
+    )
+    trace_every_steps: Optional[int] = setting(
+        None,
+        "Write a Chrome trace of every this many global steps (each op's start and duration, "
+        "collectives included) to model_dir/traces/<task>/, to see where a step's time goes.",
+        kind="integer",
+        lower_bound=1,
+    )
+    num_train_examples: Optional[int] = setting(
+        None,
+        "Examples in one training epoch, for the epoch flags and --params=decay_epochs; "
+        "default: counted from the input (cifar10_binary, prepared TFDS datasets, synthetic).",
+        kind="integer",
+        lower_bound=1,
+    )
     notes: Tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        check_bounds(self)
         if self.keras_model and self.estimator:
             raise UsageError(
                 f"Give --keras_model or --estimator, not both; received "
@@ -167,38 +297,19 @@ class JobConfig:
                 f"--export names {', '.join(unknown)}; valid: {', '.join(EXPORTS)} (or none)."
             )
         best_metric(self.export_best_by)
-        if self.exports_to_keep < 1:
-            raise UsageError(
-                f"exports_to_keep must be at least 1, received {self.exports_to_keep}."
-            )
         if self.warm_start_from and self.keras_model:
             raise UsageError(
                 f"--warm_start_from={self.warm_start_from} cannot be used with --keras_model: "
                 "model_to_estimator starts from the Keras model's own weights. Load them in "
                 "your build function with model.load_weights(...) instead."
             )
-        for name in ("startup_timeout", "stall_timeout", "preemption_grace_secs"):
-            if getattr(self, name) <= 0:
-                raise UsageError(f"{name} must be positive, received {getattr(self, name)}.")
-        if self.trace_every_steps is not None and self.trace_every_steps < 1:
-            raise UsageError(
-                f"trace_every_steps must be at least 1 or None, received {self.trace_every_steps}."
-            )
         if self.stop_threshold is not None and not math.isfinite(self.stop_threshold):
             raise UsageError(
                 f"--stop_threshold must be a number (an accuracy such as 0.9), received "
                 f"{self.stop_threshold}."
             )
-        if self.train_steps < 1:
-            raise UsageError(f"train_steps must be at least 1, received {self.train_steps}.")
-        if self.eval_steps is not None and self.eval_steps < 1:
-            raise UsageError(f"eval_steps must be at least 1 or None, received {self.eval_steps}.")
-        if self.batch_size < 1:
-            raise UsageError(f"batch_size must be at least 1, received {self.batch_size}.")
         for name in ("gradient_accumulation_steps", "micro_batches"):
             value = getattr(self, name)
-            if value < 1:
-                raise UsageError(f"{name} must be at least 1, received {value}.")
             if value > 1 and (self.keras_model or self.estimator):
                 raise UsageError(
                     f"--{name}={value} needs a model_fn that builds its update with "
@@ -208,11 +319,17 @@ class JobConfig:
         check_micro_batches(self.batch_size, self.micro_batches, 1)
         if self.learning_rate <= 0:
             raise UsageError(f"learning_rate must be positive, received {self.learning_rate}.")
-        if self.eval_throttle_secs < 0:
+        self._check_params()
+
+    def _check_params(self) -> None:
+        """Refuses `--params`/`--eval_params` keys that flags set, or that disagree with them."""
+        examples = self.num_train_examples
+        given = self.params.get(EPOCH_EXAMPLES, examples)
+        if given != examples and examples is not None:
             raise UsageError(
-                f"eval_throttle_secs must be 0 or more, received {self.eval_throttle_secs}."
+                f"--params={EPOCH_EXAMPLES}={given} and --num_train_examples={examples} "
+                "disagree; give one of them."
             )
-        self._check_epoch_settings()
         for flag in ("params", "eval_params"):
             clashes = sorted(set(getattr(self, flag)) & {*_FLAG_PARAMS, *params_lib.JOB_KEYS})
             if clashes:
@@ -221,21 +338,10 @@ class JobConfig:
                     f"use --{clashes[0]} instead."
                 )
 
-    def _check_epoch_settings(self) -> None:
-        examples = self.num_train_examples
-        if examples is not None and examples < 1:
-            raise UsageError(f"num_train_examples must be at least 1, received {examples}.")
-        given = self.params.get("num_train_examples", examples)
-        if given != examples and examples is not None:
-            raise UsageError(
-                f"--params=num_train_examples={given} and --num_train_examples={examples} "
-                "disagree; give one of them."
-            )
-        if self.strategy.num_gpus != self.run.num_gpus:
-            raise UsageError(
-                f"num_gpus must be the same for the strategy ({self.strategy.num_gpus}) and "
-                f"the sessions ({self.run.num_gpus}); build both from --num_gpus."
-            )
+    @property
+    def seed(self) -> Optional[int]:
+        """`--seed`: the graph seed of every task (`run.tf_random_seed`), and the data order's."""
+        return self.run.tf_random_seed
 
     @property
     def model_params(self) -> dict:
@@ -245,8 +351,8 @@ class JobConfig:
             **epoch,
             **self.params,
             **{name: getattr(self, name) for name in _FLAG_PARAMS},
-            ACCUMULATION_STEPS: self.gradient_accumulation_steps,
-            MICRO_BATCHES: self.micro_batches,
+            params_lib.ACCUMULATION_STEPS: self.gradient_accumulation_steps,
+            params_lib.MICRO_BATCHES: self.micro_batches,
         }
 
     @property

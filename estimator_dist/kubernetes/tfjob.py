@@ -16,12 +16,14 @@ volumes, GPUs): docs/kubernetes.md.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import posixpath
 import re
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from estimator_dist.base.errors import Error, UsageError
+from estimator_dist.base.settings import check_bounds, setting
 from run_config.names import MULTI_WORKER_MIRRORED
 
 if TYPE_CHECKING:
@@ -98,9 +100,34 @@ class Mount:
         return cls(claim, posixpath.normpath(path))
 
 
+def parse_pairs(flag: str, items: Sequence[str]) -> Tuple[Tuple[str, str], ...]:
+    """Parses repeated `KEY=VALUE` values of `flag`.
+
+    >>> parse_pairs("--label", ["team=vision", "tier=a=b"])
+    (('team', 'vision'), ('tier', 'a=b'))
+
+    Raises:
+      UsageError: for an item that is not `KEY=VALUE`.
+    """
+    pairs = []
+    for item in items:
+        key, equals, value = item.partition("=")
+        if not equals or not key:
+            raise UsageError(f"{flag}={item}: expected KEY=VALUE, such as {flag}=team=vision.")
+        pairs.append((key, value))
+    return tuple(pairs)
+
+
+def _mounts(texts: Sequence[str]) -> Tuple[Mount, ...]:
+    return tuple(Mount.parse(text) for text in texts)
+
+
 @dataclasses.dataclass(frozen=True)
 class TFJobSettings:
     """A TFJob that runs `estimator_dist.train`, validated on construction.
+
+    The settings given by `estimator_dist.manifest`'s flags are fields carrying
+    them (`estimator_dist.base.settings`); the others come from the job.
 
     Attributes:
       name: The TFJob's name; pods and services are `<name>-<type>-<i>`.
@@ -112,10 +139,10 @@ class TFJobSettings:
       strategy: The training job's `--distribution_strategy`.
       communication: Its `--communication` (upper case) when the training
         flags set it, None when they leave it to the default.
-      namespace: The Kubernetes namespace.
       evaluator: Whether to add an Evaluator replica.
       num_ps: Parameter server replicas.
       gpus_per_worker: `nvidia.com/gpu` limit of the chief and each worker.
+      namespace: The Kubernetes namespace.
       mounts: PersistentVolumeClaims mounted in every pod.
       env: Extra environment variables of every container.
       labels: Labels of the TFJob and of every pod.
@@ -128,25 +155,98 @@ class TFJobSettings:
         its flags, `--`, and the program's arguments).
     """
 
-    name: str
-    image: str
-    num_workers: int
+    name: str = setting(
+        dataclasses.MISSING,
+        "The TFJob's name: a DNS-1035 label; pods and services are NAME-<type>-<index>.",
+        kind="string",
+        flag_default=None,
+        required=True,
+    )
+    image: str = setting(
+        dataclasses.MISSING,
+        "Container image with estimator-dist and the model code.",
+        kind="string",
+        flag_default=None,
+        required=True,
+    )
+    num_workers: int = setting(
+        dataclasses.MISSING,
+        "Training tasks, the chief included: a Chief replica and NUM_WORKERS-1 Worker replicas.",
+        kind="integer",
+        flag_default=None,
+        lower_bound=1,
+        required=True,
+    )
     model_dir: str
     train_args: Tuple[str, ...]
     preemption_grace_secs: float = 25.0
     strategy: str = MULTI_WORKER_MIRRORED
     communication: Optional[str] = None
-    namespace: str = "default"
-    evaluator: bool = False
-    num_ps: int = 0
-    gpus_per_worker: int = 0
-    mounts: Tuple[Mount, ...] = ()
-    env: Tuple[Tuple[str, str], ...] = ()
-    labels: Tuple[Tuple[str, str], ...] = ()
-    annotations: Tuple[Tuple[str, str], ...] = ()
-    backoff_limit: int = 3
-    active_deadline_secs: Optional[int] = None
-    ttl_secs_after_finished: Optional[int] = None
+    evaluator: bool = setting(
+        False,
+        "Add an Evaluator replica, which evaluates each checkpoint and writes the final "
+        "metrics; cleanPodPolicy becomes None so that the chief's success does not end it.",
+    )
+    num_ps: int = setting(
+        0,
+        "PS replicas (with --distribution_strategy=parameter_server after '--').",
+        lower_bound=0,
+    )
+    gpus_per_worker: int = setting(
+        0,
+        "nvidia.com/gpu limit of the chief and each worker; the training flags get "
+        "--communication=NCCL unless they choose the collectives themselves.",
+        lower_bound=0,
+    )
+    namespace: str = setting("default", "Kubernetes namespace of the TFJob.")
+    mounts: Tuple[Mount, ...] = setting(
+        (),
+        "CLAIM:/mount/path: mount this PersistentVolumeClaim at that path in every pod; a "
+        "local --model_dir must be under one.",
+        kind="multi_string",
+        flag="pvc",
+        convert=_mounts,
+    )
+    env: Tuple[Tuple[str, str], ...] = setting(
+        (),
+        "KEY=VALUE environment variable of every container.",
+        kind="multi_string",
+        convert=functools.partial(parse_pairs, "--env"),
+    )
+    labels: Tuple[Tuple[str, str], ...] = setting(
+        (),
+        "KEY=VALUE label of the TFJob and its pods.",
+        kind="multi_string",
+        flag="label",
+        convert=functools.partial(parse_pairs, "--label"),
+    )
+    annotations: Tuple[Tuple[str, str], ...] = setting(
+        (),
+        "KEY=VALUE annotation of the TFJob and its pods.",
+        kind="multi_string",
+        flag="annotation",
+        convert=functools.partial(parse_pairs, "--annotation"),
+    )
+    backoff_limit: int = setting(
+        3,
+        "runPolicy.backoffLimit: retries before the job fails. Training-operator 1.9 "
+        "does not count ExitCode pod re-creations against it (docs/kubernetes.md); "
+        "--active_deadline_secs bounds a job that keeps failing.",
+        lower_bound=0,
+    )
+    active_deadline_secs: Optional[int] = setting(
+        None,
+        "runPolicy.activeDeadlineSeconds: fail the job after this many seconds.",
+        kind="integer",
+        lower_bound=1,
+    )
+    ttl_secs_after_finished: Optional[int] = setting(
+        None,
+        "runPolicy.ttlSecondsAfterFinished: delete the TFJob and its pods this many "
+        "seconds after it finished.",
+        kind="integer",
+        lower_bound=0,
+    )
     program: str = TRAIN_COMMAND[-1]
 
     def __post_init__(self) -> None:
@@ -158,15 +258,7 @@ class TFJobSettings:
         self._validate_metadata()
 
     def _validate_counts(self) -> None:
-        counts = {
-            "--num_workers": (self.num_workers, 1),
-            "--num_ps": (self.num_ps, 0),
-            "--gpus_per_worker": (self.gpus_per_worker, 0),
-            "--backoff_limit": (self.backoff_limit, 0),
-        }
-        for flag, (value, least) in counts.items():
-            if value < least:
-                raise UsageError(f"{flag}={value}: expected an integer >= {least}.")
+        check_bounds(self)
         if self.preemption_grace_secs <= 0:
             raise UsageError(
                 f"--preemption_grace_secs={self.preemption_grace_secs:g}: expected seconds > 0."
@@ -313,7 +405,7 @@ def check_train_job(settings: TFJobSettings, job: JobConfig) -> None:
 
     from estimator_dist.base.cluster import parse_tf_config
     from estimator_dist.config.job import check_batch
-    from run_config.strategies import check_cluster_fits
+    from run_config.options import check_cluster_fits
 
     cluster = parse_tf_config(json.dumps(operator_tf_config(settings, CHIEF, 0)))
     try:

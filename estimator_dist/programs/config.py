@@ -24,7 +24,9 @@ from typing import List, Optional, Sequence, Tuple
 
 from absl import flags
 
+from estimator_dist.base import settings
 from estimator_dist.base.errors import UsageError
+from estimator_dist.base.settings import check_bounds, none_for_zero, setting
 from estimator_dist.programs.locate import (
     check_module_name,
     check_package_path,
@@ -37,23 +39,6 @@ __all__ = ["ScriptConfig", "check_script", "config_from_flags", "define_flags", 
 
 PROGRAM = "estimator_dist.script"
 
-
-#: Names of the flags `define_flags` defines, in the order they are passed on.
-FLAG_NAMES = (
-    "model_dir",
-    "communication",
-    "collective_timeout",
-    "startup_timeout",
-    "stall_timeout",
-    "eval_start_delay_secs",
-    "eval_throttle_secs",
-    "preemption_checkpoint",
-    "preemption_grace_secs",
-)
-
-
-#: The flags that name the program instead of a script path; passed on before the others.
-PROGRAM_FLAG_NAMES = ("module", "package_path")
 
 #: Arguments of a program that name its model_dir, by the conventions programs follow.
 MODEL_DIR_ARGS = ("--model_dir", "--model-dir", "--job-dir", "--job_dir")
@@ -77,110 +62,12 @@ def model_dir_of(script_args: Sequence[str]) -> Optional[str]:
     return None
 
 
-def define_flags(flag_values: flags.FlagValues, package_path_help: str = "") -> None:
-    """Defines this module's flags on `flag_values` (the launcher defines them too).
-
-    `package_path_help` replaces the help of `--package_path` (the manifest's
-    means a path inside the image).
-
-    They live on their own `FlagValues` in this module, not on `flags.FLAGS`:
-    a script that uses absl defines and parses its own flags there.
-    """
-    f = flag_values
-    flags.DEFINE_string(
-        "module",
-        None,
-        "Run this module of a package as `python -m` runs it (e.g. trainer.task, with "
-        "`from . import model` inside) instead of a script: its file is sys.argv[0], "
-        "__name__ is __main__ and relative imports work. Everything after `--` is its own "
-        "arguments. See docs/scripts.md.",
-        flag_values=f,
-    )
-    flags.DEFINE_string(
-        "package_path",
-        None,
-        package_path_help
-        or "With --module: the directory holding the module's top-level package, put first "
-        "on sys.path (default: the current directory, made absolute).",
-        flag_values=f,
-    )
-    flags.DEFINE_string(
-        "model_dir",
-        None,
-        "The directory the script's estimator writes to (its RunConfig or Estimator "
-        "model_dir). When given, a task whose estimator uses another one fails at once "
-        "(exit 2). The launcher writes logs/ there and reads the checkpoint step from it.",
-        flag_values=f,
-    )
-    flags.DEFINE_enum(
-        "communication",
-        "AUTO",
-        COMMUNICATIONS,
-        "Collective implementation of the MultiWorkerMirroredStrategy given to a script "
-        "whose RunConfig sets no train_distribute; NCCL needs GPUs, RING runs anywhere.",
-        case_sensitive=False,
-        flag_values=f,
-    )
-    flags.DEFINE_float(
-        "collective_timeout",
-        0,
-        "Seconds a collective of the given strategy may wait for its peers; 0 waits forever "
-        "(see estimator_dist.train --helpfull).",
-        lower_bound=0.0,
-        flag_values=f,
-    )
-    flags.DEFINE_float(
-        "startup_timeout",
-        600,
-        "Seconds for the cluster to assemble and run the first step before a training "
-        "task fails (exit 151).",
-        lower_bound=1.0,
-        flag_values=f,
-    )
-    flags.DEFINE_float(
-        "stall_timeout",
-        120,
-        "Seconds the global step may stay the same before a training task fails (exit 152); "
-        "on the evaluator, seconds without a new checkpoint while the chief is unreachable.",
-        lower_bound=1.0,
-        flag_values=f,
-    )
-    flags.DEFINE_integer(
-        "eval_start_delay_secs",
-        None,
-        "Replaces the script's EvalSpec start_delay_secs (TensorFlow's default: 120 s).",
-        lower_bound=0,
-        flag_values=f,
-    )
-    flags.DEFINE_integer(
-        "eval_throttle_secs",
-        None,
-        "Replaces the script's EvalSpec throttle_secs (TensorFlow's default: 600 s). A "
-        "checkpoint at the last step ends the evaluator's wait at once, whatever its value.",
-        lower_bound=0,
-        flag_values=f,
-    )
-    flags.DEFINE_boolean(
-        "preemption_checkpoint",
-        True,
-        "On SIGTERM or SIGINT, stop every task at one global step and checkpoint it (exit "
-        "155), as estimator_dist.train does; --nopreemption_checkpoint leaves the signals to "
-        "the script.",
-        flag_values=f,
-    )
-    flags.DEFINE_float(
-        "preemption_grace_secs",
-        25,
-        "Seconds after SIGTERM or SIGINT at which a task exits 155 even if the job could not "
-        "stop at one step. Keep it below the platform's grace period.",
-        lower_bound=1.0,
-        flag_values=f,
-    )
-
-
 @dataclasses.dataclass(frozen=True)
 class ScriptConfig:
     """A legacy script to run on a task, and what the task adds to it.
+
+    Each setting is a field carrying its flag (`estimator_dist.base.settings`):
+    `define_flags`, `config_from_flags` and `to_args` are generated from them.
 
     Attributes:
       path: The script; made absolute and checked to be Python. With `module`,
@@ -212,17 +99,79 @@ class ScriptConfig:
 
     path: Optional[str] = None
     args: Tuple[str, ...] = ()
-    communication: str = "AUTO"
-    collective_timeout: Optional[float] = None
-    startup_timeout: float = 600.0
-    stall_timeout: float = 120.0
-    model_dir: Optional[str] = None
-    eval_start_delay_secs: Optional[int] = None
-    eval_throttle_secs: Optional[int] = None
-    preemption_checkpoint: bool = True
-    preemption_grace_secs: float = 25.0
-    module: Optional[str] = None
-    package_path: Optional[str] = None
+    module: Optional[str] = setting(
+        None,
+        "Run this module of a package as `python -m` runs it (e.g. trainer.task, with "
+        "`from . import model` inside) instead of a script: its file is sys.argv[0], "
+        "__name__ is __main__ and relative imports work. Everything after `--` is its own "
+        "arguments. See docs/scripts.md.",
+        kind="string",
+    )
+    package_path: Optional[str] = setting(
+        None,
+        "With --module: the directory holding the module's top-level package, put first "
+        "on sys.path (default: the current directory, made absolute).",
+        kind="string",
+    )
+    model_dir: Optional[str] = setting(
+        None,
+        "The directory the script's estimator writes to (its RunConfig or Estimator "
+        "model_dir). When given, a task whose estimator uses another one fails at once "
+        "(exit 2). The launcher writes logs/ there and reads the checkpoint step from it.",
+        kind="string",
+    )
+    communication: str = setting(
+        "AUTO",
+        "Collective implementation of the MultiWorkerMirroredStrategy given to a script "
+        "whose RunConfig sets no train_distribute; NCCL needs GPUs, RING runs anywhere.",
+        enum=COMMUNICATIONS,
+    )
+    collective_timeout: Optional[float] = setting(
+        None,
+        "Seconds a collective of the given strategy may wait for its peers; 0 waits forever "
+        "(see estimator_dist.train --helpfull).",
+        kind="float",
+        flag_default=0,
+        lower_bound=0.0,
+        convert=none_for_zero,
+    )
+    startup_timeout: float = setting(
+        600.0,
+        "Seconds for the cluster to assemble and run the first step before a training "
+        "task fails (exit 151).",
+        lower_bound=1.0,
+    )
+    stall_timeout: float = setting(
+        120.0,
+        "Seconds the global step may stay the same before a training task fails (exit 152); "
+        "on the evaluator, seconds without a new checkpoint while the chief is unreachable.",
+        lower_bound=1.0,
+    )
+    eval_start_delay_secs: Optional[int] = setting(
+        None,
+        "Replaces the script's EvalSpec start_delay_secs (TensorFlow's default: 120 s).",
+        kind="integer",
+        lower_bound=0,
+    )
+    eval_throttle_secs: Optional[int] = setting(
+        None,
+        "Replaces the script's EvalSpec throttle_secs (TensorFlow's default: 600 s). A "
+        "checkpoint at the last step ends the evaluator's wait at once, whatever its value.",
+        kind="integer",
+        lower_bound=0,
+    )
+    preemption_checkpoint: bool = setting(
+        True,
+        "On SIGTERM or SIGINT, stop every task at one global step and checkpoint it (exit "
+        "155), as estimator_dist.train does; --nopreemption_checkpoint leaves the signals to "
+        "the script.",
+    )
+    preemption_grace_secs: float = setting(
+        25.0,
+        "Seconds after SIGTERM or SIGINT at which a task exits 155 even if the job could not "
+        "stop at one step. Keep it below the platform's grace period.",
+        lower_bound=1.0,
+    )
     resolve: bool = dataclasses.field(default=True, compare=False)
 
     def __post_init__(self) -> None:
@@ -239,13 +188,7 @@ class ScriptConfig:
             raise UsageError(
                 f"collective_timeout must be positive or None, received {self.collective_timeout}."
             )
-        for name in ("startup_timeout", "stall_timeout", "preemption_grace_secs"):
-            if getattr(self, name) <= 0:
-                raise UsageError(f"--{name} must be positive, received {getattr(self, name)}.")
-        for name in ("eval_start_delay_secs", "eval_throttle_secs"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise UsageError(f"--{name} must be 0 or more, received {value}.")
+        check_bounds(self)
         if self.model_dir is not None:
             if not self.model_dir:
                 raise UsageError("--model_dir is empty; give the directory the script writes to.")
@@ -294,24 +237,29 @@ class ScriptConfig:
         >>> ScriptConfig(module="m", package_path="/srv", resolve=False).to_args()[:2]
         ['--module=m', '--package_path=/srv']
         """
-        values = {
-            "model_dir": self.model_dir,
-            "communication": self.communication,
-            "collective_timeout": self.collective_timeout,
-            "startup_timeout": self.startup_timeout,
-            "stall_timeout": self.stall_timeout,
-            "eval_start_delay_secs": self.eval_start_delay_secs,
-            "eval_throttle_secs": self.eval_throttle_secs,
-            "preemption_checkpoint": str(self.preemption_checkpoint).lower(),
-            "preemption_grace_secs": self.preemption_grace_secs,
-        }
-        given = [f"--{name}={values[name]}" for name in FLAG_NAMES if values[name] is not None]
+        given = settings.to_args(self)  # --module and --package_path first, when given.
         if self.module is None:
             return [*given, "--", str(self.path), *self.args]
-        program = [f"--module={self.module}"]
-        if self.package_path is not None:
-            program.append(f"--package_path={self.package_path}")
-        return [*program, *given, "--", *self.args]
+        return [*given, "--", *self.args]
+
+
+#: The flags of a script's settings, in the order they are passed on, the program's first.
+PROGRAM_FLAG_NAMES = ("module", "package_path")
+#: The other flags: those of the task's settings.
+FLAG_NAMES = tuple(n for n in settings.flag_names(ScriptConfig) if n not in PROGRAM_FLAG_NAMES)
+
+
+def define_flags(flag_values: flags.FlagValues, package_path_help: str = "") -> None:
+    """Defines the flags of `ScriptConfig`'s settings on `flag_values` (the launcher's too).
+
+    `package_path_help` replaces the help of `--package_path` (the manifest's
+    means a path inside the image).
+
+    They live on their own `FlagValues` in this module, not on `flags.FLAGS`:
+    a script that uses absl defines and parses its own flags there.
+    """
+    helps = {"package_path": package_path_help} if package_path_help else None
+    settings.define_flags(ScriptConfig, flag_values, __name__, helps)
 
 
 def _both(path: str, module: str) -> str:
@@ -333,22 +281,8 @@ def config_from_flags(
     Raises:
       UsageError: for a bad value, script or module.
     """
-    f = flag_values
-    if path is not None and f.module is not None:
-        raise UsageError(_both(path, f.module))
-    return ScriptConfig(
-        module=f.module,
-        package_path=f.package_path,
-        resolve=resolve,
-        path=path,
-        args=tuple(args),
-        communication=f.communication,
-        collective_timeout=f.collective_timeout or None,
-        startup_timeout=f.startup_timeout,
-        stall_timeout=f.stall_timeout,
-        model_dir=f.model_dir,
-        eval_start_delay_secs=f.eval_start_delay_secs,
-        eval_throttle_secs=f.eval_throttle_secs,
-        preemption_checkpoint=f.preemption_checkpoint,
-        preemption_grace_secs=f.preemption_grace_secs,
+    if path is not None and flag_values.module is not None:
+        raise UsageError(_both(path, flag_values.module))
+    return settings.from_flags(
+        ScriptConfig, flag_values, path=path, args=tuple(args), resolve=resolve
     )

@@ -238,10 +238,10 @@ def test_the_operator_retries_exactly_the_codes_the_package_calls_retryable():
         assert row.endswith("| recreates the pod |" if retried else "| fails the job |"), row
 
 
-def run_program(args):
+def run_program(args, python_options=()):
     """Runs the program as a subprocess, its standard output and error apart."""
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "TF_CPP_MIN_LOG_LEVEL")}
-    command = [sys.executable, "-m", manifest.PROGRAM, *args]
+    command = [sys.executable, *python_options, "-m", manifest.PROGRAM, *args]
     return subprocess.run(
         command, cwd=procs.REPO, env=env, capture_output=True, text=True, timeout=150
     )
@@ -264,6 +264,31 @@ def test_the_program_exits_2_on_a_bad_training_flag():
     assert result.returncode == exit_codes.USAGE, result.stderr
     assert result.stdout == ""
     assert result.stderr.startswith(f"{manifest.PROGRAM}: error: training flag after '--'")
+
+
+#: Top-level packages a manifest never needs: seconds of start-up and C++ lines on stderr.
+HEAVY = ("tensorflow", "keras", "tensorflow_datasets", "tensorflow_estimator", "tf_keras")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_the_program_imports_no_tensorflow_and_writes_nothing_to_standard_error():
+    # `-X importtime` lists every module imported on standard error, and nothing else may be
+    # there; the training flags still go through every check (here the batch over 2 workers).
+    train = (REMOTE, "--batch_size=64", "--data_dir=gs://bucket/data", "--num_gpus=0")
+    result = run_program(job_args("--evaluator", train=train), ("-X", "importtime"))
+    assert result.returncode == 0, procs.report(f"exited {result.returncode}", result.stderr)
+    assert list(deserialize(result.stdout).spec.tf_replica_specs) == [
+        "Chief",
+        "Worker",
+        "Evaluator",
+    ]
+    lines = result.stderr.splitlines()
+    others = [line for line in lines if not line.startswith("import time:")]
+    assert not others, others[:5]
+    imported = {line.rpartition("|")[2].strip() for line in lines}
+    heavy = sorted(name for name in imported if name.split(".")[0] in HEAVY)
+    assert "estimator_dist.config.job" in imported and not heavy, heavy[:5]
 
 
 @pytest.mark.multiprocess

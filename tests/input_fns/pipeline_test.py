@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from estimator_dist.base.errors import UsageError
-from estimator_dist.base.params import shared_keys
+from estimator_dist.base.params import INPUT_KEYS
 from input_fns import REGISTERED, pipeline
 from tests.input_fns.data import context
 
@@ -106,4 +106,4 @@ def test_fail_with_invalid_pipeline_params(values, fragment):
 def test_every_registered_input_param_is_a_shared_key(name):
     # Model functions reject unknown --params keys unless every input may carry them.
     fields = {field.name for field in dataclasses.fields(REGISTERED[name].parameters)}
-    assert fields and fields <= shared_keys()
+    assert fields and fields <= INPUT_KEYS

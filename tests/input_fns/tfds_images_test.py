@@ -15,7 +15,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from estimator_dist.base.errors import DatasetNotFoundError, UsageError
-from estimator_dist.base.params import from_params, shared_keys
+from estimator_dist.base.params import SHARED_KEYS, from_params
 from input_fns import INPUT_FNS, REGISTERED, digits, ids, prepare_input, tfds_images
 from input_fns.tfds_images import TfdsImagesParams, resize_image, scale
 from tests.input_fns.fake_images import prepare_mock_images
@@ -70,7 +70,7 @@ def test_is_registered_with_its_params_shared_with_every_model():
     entry = REGISTERED["tfds_images"]
     assert entry.parameters is TfdsImagesParams
     assert entry.prepare is tfds_images.prepare
-    assert {"image_size", "resize", "dataset", "split", "eval_split"} <= shared_keys()
+    assert {"image_size", "resize", "dataset", "split", "eval_split"} <= SHARED_KEYS
 
 
 # --- resizing and scaling ---------------------------------------------------------

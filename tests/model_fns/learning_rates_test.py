@@ -60,7 +60,7 @@ def test_fail_with_a_schedule_that_cannot_be(params, message):
 
 
 def test_every_model_accepts_the_schedule_keys():
-    assert {"decay_epochs", "decay_rate", "num_train_examples"} <= params_lib.shared_keys()
+    assert {"decay_epochs", "decay_rate", "num_train_examples"} <= params_lib.SHARED_KEYS
 
 
 def test_learning_rate_follows_the_epochs_and_is_shown():

@@ -15,8 +15,9 @@ import tensorflow as tf
 from estimator_dist.base.cluster import ClusterConfig, parse_tf_config
 from estimator_dist.base.errors import UsageError
 from run_config import gpus
-from run_config.gpus import check_gpus, plan_strategy, use_gpus
-from run_config.run_config import RunConfigOptions, make_session_config
+from run_config.gpus import check_gpus, use_gpus
+from run_config.options import RunConfigOptions, plan_strategy
+from run_config.run_config import make_session_config
 from run_config.strategies import StrategyConfig, get_strategy, make_strategies
 
 pytestmark = pytest.mark.usefixtures("tf_patches_installed")
@@ -79,7 +80,7 @@ def test_make_strategies_refuses_more_gpus_than_visible_before_building():
 def test_zero_gpus_hide_them_from_the_runtime_and_the_sessions():
     use_gpus(0)
     assert tf.config.get_visible_devices("GPU") == []
-    assert make_session_config(RunConfigOptions("/tmp/m", num_gpus=0)).device_count["GPU"] == 0
+    assert make_session_config(RunConfigOptions("/tmp/m"), 0).device_count["GPU"] == 0
     assert "GPU" not in make_session_config(RunConfigOptions("/tmp/m")).device_count
 
 

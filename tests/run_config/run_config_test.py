@@ -67,7 +67,7 @@ def test_fail_with_negative_threads(field):
     with pytest.raises(UsageError) as raised:
         RunConfigOptions("/m", **{field: -1})
     message = str(raised.value)
-    assert f"{field} must be 0 (TensorFlow chooses) or more, received -1" in message
+    assert f"{field} must be at least 0, received -1" in message
 
 
 def test_options_accept_zero_threads_and_secs_alone():
@@ -115,10 +115,9 @@ def test_make_session_config_threads():
 
 
 def test_num_gpus_limits_the_gpus_each_session_creates(tmp_path):
-    options = RunConfigOptions(str(tmp_path), num_gpus=2)
-    assert make_run_config(options).session_config.device_count["GPU"] == 2
-    with pytest.raises(UsageError, match="num_gpus must be 0 .CPU. or more, or None"):
-        RunConfigOptions(str(tmp_path), num_gpus=-1)
+    options = RunConfigOptions(str(tmp_path))
+    assert make_run_config(options, num_gpus=2).session_config.device_count["GPU"] == 2
+    assert "GPU" not in make_run_config(options).session_config.device_count
 
 
 def test_make_run_config_passes_strategies(tmp_path):

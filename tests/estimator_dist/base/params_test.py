@@ -2,12 +2,16 @@
 
 import dataclasses
 import json
+import subprocess
+import sys
 from typing import Optional
 
 import pytest
 
+from estimator_dist.base import params as params_lib
 from estimator_dist.base.errors import UsageError
-from estimator_dist.base.params import from_params, parse_params_flag, shared_keys
+from estimator_dist.base.params import SHARED_KEYS, from_params, parse_params_flag
+from tests import procs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,11 +171,8 @@ def test_fail_with_unknown_key_lists_valid_fields():
 
 
 def test_input_keys_are_ignored():
-    import input_fns  # registers its inputs' parameters
-
-    assert input_fns.REGISTERED
-    params = {key: object() for key in shared_keys()}
-    assert {"batch_size", "data_dir", "seed", "shuffle_buffer", "columns"} <= shared_keys()
+    params = {key: object() for key in SHARED_KEYS}
+    assert {"batch_size", "data_dir", "seed", "shuffle_buffer", "columns"} <= SHARED_KEYS
     # `seed` is also a field of Hparams, so it is validated and taken.
     params["seed"] = 7
     assert from_params(Hparams, params, "net") == Hparams(seed=7)
@@ -265,3 +266,32 @@ def test_post_init_value_error_becomes_usage_error():
         "Invalid parameters for mynet: depth must be at most 100, received 101."
     )
     assert raised.value.__cause__ is None
+
+
+def test_the_shared_keys_are_exactly_the_fields_of_the_classes_they_name():
+    # One list, read by every model function without importing the inputs; held here to
+    # the parameter classes it stands for.
+    from input_fns import REGISTERED
+    from model_fns.learning_rates import EpochParams
+
+    def names(cls):
+        return {field.name for field in dataclasses.fields(cls)}
+
+    inputs = set().union(*(names(entry.parameters) for entry in REGISTERED.values()))
+    assert params_lib.INPUT_KEYS == inputs
+    assert params_lib.EPOCH_KEYS == names(EpochParams)
+
+
+@pytest.mark.multiprocess
+def test_checking_params_needs_no_import_of_the_libraries():
+    code = (
+        "import sys\n"
+        "from estimator_dist.base.params import SHARED_KEYS\n"
+        "assert 'resize' in SHARED_KEYS\n"
+        "loaded = [m for m in sys.modules if m.split('.')[0] in ('input_fns', 'model_fns')]\n"
+        "assert not loaded, loaded\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=procs.REPO, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
