@@ -61,6 +61,7 @@ from estimator_dist.base import cli, exit_codes
 from estimator_dist.base.cluster import ClusterConfig
 from estimator_dist.base.errors import Error, UsageError, UserCodeError
 from estimator_dist.base.platform_env import cluster_from_environment
+from estimator_dist.base.status import Exiting, emit
 from estimator_dist.programs.config import PROGRAM, ScriptConfig, config_from_flags, define_flags
 
 #: A script that ends on a task of a cluster without training.
@@ -200,14 +201,16 @@ def main(argv: Sequence[str]) -> int:
     except UsageError as error:
         cli.usage_exit(PROGRAM, str(error))
     try:
-        return run_script(config, cluster)
+        code = run_script(config, cluster)
     except UsageError as error:
         cli.usage_exit(PROGRAM, str(error))
     except Error as error:
         from estimator_dist.guards.watchdog import fail
 
         fail(cluster.role, error.exit_code, str(error))
-    return exit_codes.FAILURE
+        return exit_codes.FAILURE
+    emit(Exiting(exit_code=code))
+    return code
 
 
 def run() -> None:

@@ -20,7 +20,7 @@ from typing import Sequence
 
 from absl import flags
 
-from estimator_dist.base import console
+from estimator_dist.base import console, status
 from estimator_dist.base.cli import run_program, usage_exit
 from estimator_dist.base.cpus import configure_onednn
 from estimator_dist.config.train_flags import PROGRAM, define_flags, job_from_flags
@@ -53,6 +53,7 @@ def main(argv: Sequence[str]) -> int:
         fail(cluster.role, error.exit_code, str(error))
     if metrics is not None:
         print(f"Final evaluation: {files.format_metrics(metrics)}", flush=True)
+    status.emit(status.Exiting(exit_code=0))
     return 0
 
 

@@ -76,8 +76,9 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, TextIO, Tuple
 
+from estimator_dist.base import status
 from tests.procs import report
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -330,6 +331,8 @@ class Replica:
     addresses: List[str] = dataclasses.field(default_factory=list)
     tf_configs_seen: List[Optional[str]] = dataclasses.field(default_factory=list)
     lines: List[Tuple[float, str]] = dataclasses.field(default_factory=list)
+    #: The events of its containers' status channels, with the time each was read.
+    events: List[Tuple[float, status.Event]] = dataclasses.field(default_factory=list)
     succeeded: bool = False
 
 
@@ -458,21 +461,30 @@ class TFJobRun:
         if replica.tf_config is not None:
             env["TF_CONFIG"] = replica.tf_config
         pod.tf_config_seen, pod.exited = None, False
+        # Not the operator's: the tests learn what a task did (its first step, its progress)
+        # from its status channel, as the launcher does, not from lines a model_fn could print.
+        read_fd, write_fd = os.pipe()
+        env[status.STATUS_FD_ENV] = str(write_fd)
         # Before the start: `ip netns exec` mounts the hosts file only if it exists then.
         self._publish()
-        pod.process = subprocess.Popen(
-            ["ip", "netns", "exec", pod.namespace, *spec.command],
-            cwd=spec.working_dir,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            start_new_session=True,
-        )
+        try:
+            pod.process = subprocess.Popen(
+                ["ip", "netns", "exec", pod.namespace, *spec.command],
+                cwd=spec.working_dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                start_new_session=True,
+                pass_fds=(write_fd,),
+            )
+        finally:
+            os.close(write_fd)
         self._event(f"started {replica.name} (pid {pod.process.pid})")
         self._spawn_thread(self._read, replica, pod.process)
+        self._spawn_thread(self._read_status, replica, open(read_fd, errors="replace"))
 
     def _read(self, replica: Replica, process: subprocess.Popen) -> None:
         path = os.path.join(self.log_dir, f"{replica.name}.log")
@@ -483,6 +495,13 @@ class TFJobRun:
                 log.flush()
                 with self._lock:
                     replica.lines.append((time.monotonic(), line.rstrip("\n")))
+                    self._changed.notify_all()
+
+    def _read_status(self, replica: Replica, channel: TextIO) -> None:
+        with channel:
+            for event in status.EventReader().read(channel):
+                with self._lock:
+                    replica.events.append((time.monotonic(), event))
                     self._changed.notify_all()
 
     def _check(self, replica: Replica) -> None:
@@ -659,6 +678,26 @@ class TFJobRun:
             found = self._changed.wait_for(find, timeout)
         if not found:
             cause = f"no line of {name} matching {pattern!r} in {timeout} s"
+            raise AssertionError(report(cause, self.logs()))
+        return found
+
+    def wait_for_event(
+        self, name: str, kind: type, timeout: float, since: float = 0.0
+    ) -> Tuple[float, status.Event]:
+        """Waits for an event of type `kind` from pod `name`, read at or after `since`.
+
+        Returns:
+          (the monotonic time it was read, the event).
+        """
+        events = self.replicas[name].events
+
+        def find() -> Optional[Tuple[float, status.Event]]:
+            return next(((t, e) for t, e in events if t >= since and isinstance(e, kind)), None)
+
+        with self._lock:
+            found = self._changed.wait_for(find, timeout)
+        if not found:
+            cause = f"no {kind.__name__} event from {name} in {timeout} s"
             raise AssertionError(report(cause, self.logs()))
         return found
 

@@ -16,12 +16,17 @@ from typing import Callable, List, NoReturn, Sequence
 
 from absl import app, flags
 
+from estimator_dist.base import status
 from estimator_dist.base.exit_codes import USAGE
 
 
 def usage_exit(program: str, message: str) -> NoReturn:
-    """Prints `program: error: message` and a pointer to --helpfull; exits 2."""
+    """Prints `program: error: message` and a pointer to --helpfull; exits 2.
+
+    A task under a launcher also tells it why (`status.Exiting`).
+    """
     sys.stderr.write(f"{program}: error: {message}\nRun with --helpfull to list every flag.\n")
+    status.emit(status.Exiting(exit_code=USAGE, cause=message))
     sys.exit(USAGE)
 
 

@@ -17,10 +17,13 @@ Where the rest goes:
 
 * Under the launcher, a task prints everything to the launcher's pipe, and
   `estimator_dist.launcher.supervise` writes it all to `model_dir/logs/<task>.log` and
-  echoes what the filter keeps. `start_task` makes the task's first line
-  `PROTOCOL_LINE`, which tells the launcher that its log lines follow the
-  conventions the filter relies on (`LogFormatter`); the output of a task
-  that does not say so is echoed whole.
+  echoes what the filter keeps. `start_task` prints `PROTOCOL_LINE`, which
+  tells the launcher that its log lines follow the conventions the filter
+  relies on (`LogFormatter`). The launcher accepts it among the task's first
+  20 lines (`supervise.PROTOCOL_LINES`: a warning Python prints at start-up
+  may come first) and echoes whole what came before it; the output of a task
+  that does not say so is echoed whole. The launcher shows the chief's
+  progress lines only, and decides nothing from any line (`base.status`).
 * A single process (`python -m estimator_dist.train` without TF_CONFIG) and
   the launcher itself keep their full log aside from the start (`start_task`,
   `start_launcher`) and move it to `model_dir/logs/<task>.log` once the job is
@@ -58,6 +61,9 @@ PROTOCOL_LINE = (
 
 #: A progress line, as `format_progress` writes it (`[ 50%] loss = ...`).
 PROGRESS = re.compile(r"^\[ *\d+%\] ")
+#: The lines a worker prints that repeat the chief's for a person: its progress and its first
+#: step (the launcher says where the first step came; a lagging worker gets a line of its own).
+REPEATS_THE_CHIEF = re.compile(r"^(\[ *\d+%\] |estimator_dist: task \S+ ran its first step)")
 #: A line of a Python log record, with absl's prefix.
 _RECORD = re.compile(
     r"^(?P<prefix>(?P<level>[IWEF])\d{4} \d\d:\d\d:\d\d\.\d{6} +\d+ (?P<file>[^\s:]+):\d+\]) ?"
@@ -408,8 +414,3 @@ def _give_up_log(quiet: _Quiet, error: OSError) -> None:
     quiet.say(
         f"cannot write {quiet.path or 'the log'} ({error.strerror}); the full log goes on here"
     )
-
-
-#: Starts the line each task prints when the script calls train_and_evaluate;
-#: the launcher reads the last step from it.
-MAX_STEPS_MARKER = "estimator_dist.script: training to max_steps="

@@ -25,8 +25,6 @@ them, and how `estimator_dist.launch` decides whether to restart.
 | 155 | PREEMPTED | stopped on SIGTERM/SIGINT at a step every task agreed on, checkpointed |
 """
 
-#: Logged by a training task after its first step; the launcher watches for it.
-FIRST_STEP_MARKER = "ran its first step"
 #: Starts the one line a task prints before a fail-fast exit.
 FAILURE_PREFIX = "estimator_dist: task {role} failed"
 

@@ -40,7 +40,7 @@ from typing import Callable, List, Optional, Tuple
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist.base import exit_codes, files
+from estimator_dist.base import exit_codes, files, status
 from estimator_dist.base.files import read_json, write_json
 from estimator_dist.guards.watchdog import fail
 
@@ -259,6 +259,8 @@ class Preemption:
 
     def _set_stop_at(self, stop_at: int) -> None:
         self.stop_at = stop_at
+        if not (self.reason or "").startswith(EARLY_STOP):  # Early stopping's end comes later.
+            status.emit(status.StopStep(step=stop_at, how=status.PREEMPTION))
         # Without lockstep each worker steps on its own: stop after its next step.
         self._stop_step = stop_at if self._lockstep else 0
 

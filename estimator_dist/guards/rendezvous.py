@@ -37,6 +37,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from absl import logging
 
+from estimator_dist.base import status
 from estimator_dist.base.cluster import CHIEF, EVALUATOR, ClusterConfig
 from estimator_dist.base.errors import ClusterMismatchError, ClusterTimeoutError, PortInUseError
 
@@ -269,6 +270,10 @@ def exchange(
         return None, {cluster.role: value}
     if cluster.task_type == EVALUATOR:
         return None, {}
+    started = time.monotonic()
     if cluster.task_type == CHIEF:
-        return _serve(cluster, view, timeout, value)
-    return _join(cluster, view, timeout, value)
+        met = _serve(cluster, view, timeout, value)
+    else:
+        met = _join(cluster, view, timeout, value)
+    status.emit(status.RendezvousMet(tasks=len(met[1]), secs=time.monotonic() - started))
+    return met

@@ -21,6 +21,7 @@ from typing import Callable, Optional, Union
 import tensorflow as tf
 from absl import logging
 
+from estimator_dist.base import status
 from estimator_dist.base.cluster import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig
 from estimator_dist.base.console import format_progress
 from estimator_dist.guards.evaluator_watchdog import EvaluatorWatchdog
@@ -35,7 +36,11 @@ def enter_task(cluster: ClusterConfig) -> None:
     Graph mode, as Estimator's distributed training needs (the evaluator
     crashes in eager mode), and TF_CONFIG set to the normalised cluster, which
     TensorFlow reads from the environment (removed for a single process).
+    Under a launcher, the task takes its status channel (`status.connect`),
+    so that no child process of the user's code inherits its name, and says
+    it started.
     """
+    status.connect()
     tf.compat.v1.disable_eager_execution()
     if cluster.is_distributed:
         os.environ["TF_CONFIG"] = cluster.to_json()
@@ -43,6 +48,7 @@ def enter_task(cluster: ClusterConfig) -> None:
         os.environ.pop("TF_CONFIG", None)
     for note in cluster.notes:
         logging.info("TF_CONFIG: %s.", note)
+    status.emit(status.Started(task=cluster.role, pid=os.getpid()))
 
 
 def start_preemption(
@@ -241,16 +247,30 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         learning_rate = run_values.results.get("learning_rate")
         since_step, since_time = self._since
         rate = (step - since_step) / (now - since_time) if now > since_time else None
+        loss = None if loss is None else float(loss)
+        examples_per_sec = (
+            rate * self._examples_per_step if rate and self._examples_per_step else None
+        )
         logging.info(
             "%s",
             format_progress(
                 step,
                 self._last_step,
-                None if loss is None else float(loss),
-                rate * self._examples_per_step if rate and self._examples_per_step else None,
+                loss,
+                examples_per_sec,
                 (self._last_step - step) / rate if rate else None,
                 None if learning_rate is None else float(learning_rate),
             ),
+        )
+        status.emit(
+            status.Progress(
+                step=step,
+                last_step=self._last_step,
+                loss=loss if loss is None or math.isfinite(loss) else None,
+                examples_per_sec=examples_per_sec,
+                interval_steps=self._every_n_steps,
+                interval_secs=now - since_time if now > since_time else None,
+            )
         )
         self._since = (step, now)
         self._next = self._boundary_after(step)

@@ -45,7 +45,7 @@ from typing import Any, Callable, Mapping, Optional
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist.base import exit_codes, tf_patches
+from estimator_dist.base import exit_codes, status, tf_patches
 from estimator_dist.guards.watchdog_hooks import EvaluationHook, StepHook
 
 FAILURE_PREFIX = exit_codes.FAILURE_PREFIX
@@ -80,12 +80,13 @@ EVAL_LONG_ALONE = (
 
 
 def fail(role: str, code: int, cause: str) -> None:
-    """Logs one line naming the task and cause, then ends the process with `code`."""
+    """Logs one line naming the task and cause, tells the launcher, ends the process with `code`."""
     message = f"{FAILURE_PREFIX.format(role=role)} (exit {code}): {cause}"
     logging.error(message)
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
     sys.stdout.flush()
+    status.emit(status.Exiting(exit_code=code, cause=cause))
     os._exit(code)
 
 
@@ -265,11 +266,9 @@ class Watchdog:
             self._step = step
         if first:
             arm_fail_fast()
+            status.emit(status.FirstStep(step=step))
             logging.info(
-                "estimator_dist: task %s %s (global step %d).",
-                self._role,
-                exit_codes.FIRST_STEP_MARKER,
-                step,
+                "estimator_dist: task %s ran its first step (global step %d).", self._role, step
             )
 
     def alive(self) -> None:

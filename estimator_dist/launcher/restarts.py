@@ -66,7 +66,7 @@ def run_with_restarts(
       new_cluster: The cluster of attempt N (0 first). An `Error` it raises
         ends the job with the error's exit code.
       model_dir: The job's model_dir, where checkpoints and metrics are read.
-      train_steps: The last step, or None when the tasks print it.
+      train_steps: The last step, or None when the tasks report it (`StopStep` events).
       deadline: `time.monotonic()` at which the job fails, or None.
       settings: Timeouts and the restart budget.
 
@@ -110,9 +110,9 @@ def _run_attempts(
     """Runs attempts until one succeeds (None) or the job gives up (its exit code, summary said).
 
     Appends one line per failed attempt to `attempts`: its cause, the
-    checkpoint step it left and the steps lost (the highest step a task
-    printed past that checkpoint: a lower bound, as tasks print every
-    `--log_step_count_steps`).
+    checkpoint step it left and the steps lost (the highest step a training
+    task reported on its status channel past that checkpoint: a lower bound,
+    as tasks report their step every `--log_step_count_steps`).
     """
     from estimator_dist.base import files
 

@@ -3,16 +3,22 @@
 `Launcher` starts one process per task, logs their whole output to
 `model_dir/logs/<task>.log`, echoes to the console, with the task as prefix,
 what `console.ConsoleFilter` keeps of it (everything with `verbose`, or from a
-task that does not print `console.PROTOCOL_LINE` first), and waits for one
-attempt to end; `exits.RestartPolicy` decides whether the whole
-cluster is restarted after a failed attempt. Both are independent of where the
+task that does not print `console.PROTOCOL_LINE` among its first
+`PROTOCOL_LINES` lines, and every line before it; of the training
+tasks' progress lines, the chief's only, which carry the job's figures), and
+waits for one attempt to end. What it decides on (the chief's first step, the
+steps reached, the last step, why a task failed) it learns from each task's
+status events (`estimator_dist.base.status`), never from the output, where a
+user's code may print anything; a worker that lags the chief is named once.
+`exits.RestartPolicy` decides whether the whole cluster is restarted after a
+failed attempt. Both are independent of where the
 tasks run: `estimator_dist.launch` drives them for a local cluster and for a
 Ray cluster.
 
-How a task's process starts is the caller's: `task_start.start_local_task`
-by default (a child of the launcher, which holds the kernel's parent death
-signal, so even a SIGKILL of the launcher ends every task at once), or a Ray
-actor's proxy (`estimator_dist.launcher.ray.engine`). A failed evaluator is restarted
+Where a task's process starts is its engine's (`engine.Engine`): a child of
+the launcher on this machine (`local.LocalEngine`, holding the kernel's parent
+death signal, so even a SIGKILL of the launcher ends every task at once), or a
+Ray actor's proxy (`ray.engine.RayEngine`). A failed evaluator is restarted
 alone, from the latest checkpoint, while training goes on: it holds no
 training state.
 """
@@ -23,7 +29,6 @@ import contextlib
 import dataclasses
 import os
 import queue
-import re
 import signal
 import subprocess
 import sys
@@ -31,29 +36,56 @@ import threading
 import time
 from typing import IO, Callable, List, Optional, Sequence
 
-from estimator_dist.base import console, exit_codes
+from estimator_dist.base import console, exit_codes, status
 from estimator_dist.base.cluster import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig
-from estimator_dist.base.cpus import split_cores
+from estimator_dist.launcher.engine import Engine
 from estimator_dist.launcher.exits import LOST_PEER, Failure, describe_exit, exit_code_of
-from estimator_dist.launcher.task_start import TaskProcess, TaskSpec, start_local_task
+from estimator_dist.launcher.plan import Plan
+from estimator_dist.launcher.task_start import TaskProcess, TaskSpec
 
 #: Stands in the exits queue for "the chief ran its first step: start the evaluator".
 _RELEASE = object()
-#: Training progress lines of a task: LoggingTensorHook's and the package's own; not a
-#: preemption decision's step, which is ahead of every step run.
-_STEP_LINE = re.compile(r"(?:\bstep = |(?<!stop at )(?<!stops at )global step )(\d+)")
+#: Seconds a task's status channel may stay open after its exit (a child of the task holding
+#: it): the events before the exit decide what the exit means. The Ray actor waits as long.
+STATUS_DRAIN_SECS = status.DRAIN_SECS
+#: The lines of a task's output `console.PROTOCOL_LINE` may come among: a warning Python prints
+#: at start-up (a deprecation, a site package's) may precede it.
+PROTOCOL_LINES = 20
+#: A worker whose examples/s at the chief's step is below this share of the chief's straggles.
+SLOW_RATE_SHARE = 0.5
 
 
-#: What a task of an `estimator_dist.train` job runs.
-TRAIN_MODULE = "estimator_dist.train"
 #: Seconds a task's lost-peer exit (150) waits for the exit of the peer it lost.
 ROOT_CAUSE_SECS = 2.0
-#: The one line a task prints when it fails on purpose; its cause joins the launcher's.
-_FAILURE_LINE = re.compile(
-    r"(?:estimator_dist: task \S+ failed \(exit \d+\)|estimator_dist\.\w+: error): (.*)"
-)
-#: The line a script task prints with the step training ends at.
-_MAX_STEPS_LINE = re.compile(re.escape(console.MAX_STEPS_MARKER) + r"(\d+)")
+
+
+def lags(worker: status.Progress, chief: status.Progress) -> Optional[str]:
+    """How a worker's progress lags the chief's, or None when it keeps up.
+
+    It lags when its step is more than one progress interval behind the
+    chief's, or when at the same step its examples/s are below
+    `SLOW_RATE_SHARE` of the chief's.
+
+    >>> chief = status.Progress(400, 400, 0.1, 8000.0, 100, 1.0)
+    >>> lags(status.Progress(200, 400, 0.3, 8000.0, 100, 1.0), chief)
+    'at step 200 while the chief is at step 400 (a progress line every 100 steps)'
+    >>> lags(status.Progress(400, 400, 0.1, 3000.0, 100, 1.0), chief)
+    'at step 400 at 3,000 examples/s, the chief at 8,000 examples/s'
+    >>> lags(status.Progress(300, 400, 0.2, 7900.0, 100, 1.0), chief) is None
+    True
+    """
+    if chief.step - worker.step > chief.interval_steps:
+        return (
+            f"at step {worker.step} while the chief is at step {chief.step} "
+            f"(a progress line every {chief.interval_steps} steps)"
+        )
+    rates = (worker.examples_per_sec, chief.examples_per_sec)
+    if worker.step == chief.step and None not in rates and rates[0] < SLOW_RATE_SHARE * rates[1]:
+        return (
+            f"at step {worker.step} at {rates[0]:,.0f} examples/s, the chief at "
+            f"{rates[1]:,.0f} examples/s"
+        )
+    return None
 
 
 @dataclasses.dataclass
@@ -61,13 +93,17 @@ class Task:
     """One task: its configuration, and its process and log file once started.
 
     Attributes:
-      detail: The cause in the last failure line the task printed, if any.
+      detail: The cause the task gave for its exit (`status.Exiting`), if any.
+      progress: The task's latest progress event, if any.
+      straggled: Whether the launcher said that this task lags the chief.
     """
 
     config: ClusterConfig
     process: Optional[TaskProcess]
     log: Optional[IO[str]]
     detail: Optional[str] = None
+    progress: Optional[status.Progress] = None
+    straggled: bool = False
 
     @property
     def name(self) -> str:
@@ -83,43 +119,32 @@ class Launcher:
     or a signal to the group, reaches every one of them too.
 
     Args:
-      train_args: Arguments of `module`, the same on every task.
-      model_dir: The job's model_dir, where `logs/` goes.
-      checkpoint_step: Returns the global step of the latest checkpoint.
-      pin_cores: Run each training task on its own share of the cores.
+      plan: What every task runs, the job's model_dir (where `logs/` goes) and
+        how messages name its last step.
+      engine: Where the tasks run: it starts each task's process.
       started: Monotonic time the launcher started, for the time to the
         first training step.
       out: Where prefixed task output is printed.
-      module: What each task runs: `estimator_dist.train`, or
-        `estimator_dist.script` for a legacy script.
-      steps_name: How messages name the setting of the last step.
       verbose: Echo every line of every task, not only what a person needs.
-      start_task: Starts one task's process (`task_start.start_local_task`).
+
+    Attributes:
+      checkpoint_step: Returns the global step of the latest checkpoint.
     """
 
     def __init__(
         self,
-        train_args: Sequence[str],
-        model_dir: str,
-        checkpoint_step: Callable[[], int],
-        pin_cores: bool = False,
+        plan: Plan,
+        engine: Engine,
         started: Optional[float] = None,
         out: IO[str] = sys.stdout,
-        module: str = TRAIN_MODULE,
-        steps_name: str = "--train_steps",
         verbose: bool = False,
-        start_task: Callable[[TaskSpec], TaskProcess] = start_local_task,
     ) -> None:
-        self._start_task = start_task
-        self._module = module
+        self._plan = plan
+        self._engine = engine
         self._verbose = verbose
-        self._steps_name = steps_name
-        #: The last step a script task printed, for jobs that do not name it.
+        self.checkpoint_step: Callable[[], int] = plan.checkpoint_step
+        #: The last step a task reported (a `StopStep` event), for jobs that do not name it.
         self.reported_steps: Optional[int] = None
-        self._train_args = list(train_args)
-        self._model_dir = model_dir
-        self._checkpoint_step = checkpoint_step
-        self._pin_cores = pin_cores
         self._started = time.monotonic() if started is None else started
         self._out = out
         self._print_lock = threading.Lock()
@@ -128,10 +153,10 @@ class Launcher:
         self._held: List[Task] = []
         self._stopping = False
         self._attempt = 0
-        self._cores: dict = {}
         self.tasks: List[Task] = []
         self.failed_at: Optional[float] = None
-        #: The highest global step a training task printed, for the steps a failure lost.
+        #: The highest global step a training task reported (`FirstStep`, `Progress` events),
+        #: for the steps a failure lost.
         self.last_step_seen = 0
         #: Evaluator restarts, in all attempts.
         self.evaluator_restarts: List[str] = []
@@ -149,13 +174,11 @@ class Launcher:
         held back until the chief has run its first step (or a training task
         finished), and does not compete for cores while the cluster starts.
         """
-        os.makedirs(os.path.join(self._model_dir, console.LOG_DIR), exist_ok=True)
-        console.keep_log(self._model_dir, "launcher")
+        os.makedirs(os.path.join(self._plan.model_dir, console.LOG_DIR), exist_ok=True)
+        console.keep_log(self._plan.model_dir, "launcher")
         self._attempt = attempt
         self._exits = queue.Queue()
         self._stopping = False
-        training = [c.role for c in configs if c.task_type in (CHIEF, WORKER)]
-        self._cores = dict(zip(training, split_cores(len(training)))) if self._pin_cores else {}
         self.tasks = [Task(config, None, None) for config in configs]
         self._held = [t for t in self.tasks if t.config.task_type == EVALUATOR]
         for task in self.tasks:
@@ -176,11 +199,9 @@ class Launcher:
 
     def _spawn(self, task: Task) -> None:
         config = task.config
-        cores = self._cores.get(config.role)
-        task.process = self._start_task(
-            TaskSpec(self._module, tuple(self._train_args), config, cores)
-        )
-        path = os.path.join(self._model_dir, console.LOG_DIR, f"{config.role}.log")
+        plan = self._plan
+        task.process = self._engine.start_task(TaskSpec(plan.module, plan.args, config, None))
+        path = os.path.join(plan.model_dir, console.LOG_DIR, f"{config.role}.log")
         try:
             # Line-buffered: each line reaches the file when it is printed, so a refused write
             # is seen, and said, at the line it refused, not at close or never.
@@ -192,50 +213,98 @@ class Launcher:
             )
         self._log(task, f"===== attempt {self._attempt} =====\n")
         threading.Thread(target=self._pump, args=(task, self._exits), daemon=True).start()
-        on = f" on cores {','.join(map(str, sorted(cores)))}" if cores else ""
-        on += getattr(task.process, "where", "")
+        on = getattr(task.process, "where", "")
         self.say(f"started {task.name} (pid {task.process.pid}){on} TF_CONFIG={config.to_json()}")
 
     def _pump(self, task: Task, exits: queue.Queue) -> None:
+        """Logs and echoes the task's output; its status events, read beside, decide."""
+        events = threading.Thread(target=self._follow, args=(task, exits), daemon=True)
+        events.start()
         prefix = f"[{task.name}] "
         shown: Optional[console.ConsoleFilter] = None
+        protocol = False  # Whether the task said its lines follow the console's conventions.
         try:
-            for line in task.process.stdout:
+            for number, line in enumerate(task.process.stdout):
                 self._log(task, line)
-                if line.rstrip("\n") == console.PROTOCOL_LINE and not self._verbose:
-                    shown = console.ConsoleFilter()
+                if (
+                    not protocol
+                    and number < PROTOCOL_LINES
+                    and line.rstrip("\n") == console.PROTOCOL_LINE
+                ):
+                    protocol = True  # Lines before it were shown whole; the filter starts here.
+                    shown = None if self._verbose else console.ConsoleFilter()
+                    continue
                 echoed = line.rstrip("\n") if shown is None else shown(line)
-                if echoed is not None and echoed != console.PROTOCOL_LINE:
+                if echoed is not None and not (
+                    shown is not None and self._repeats_the_chief(task, echoed)
+                ):
                     with self._print_lock:
                         self._out.write(f"{prefix}{echoed}\n")
                         self._out.flush()
-                failed = _FAILURE_LINE.search(line)
-                if failed:
-                    task.detail = failed.group(1).strip()
-                steps = _MAX_STEPS_LINE.search(line)
-                if steps:
-                    self.reported_steps = int(steps.group(1))
-                first_step = task.config.task_type == CHIEF and exit_codes.FIRST_STEP_MARKER in line
-                if first_step and self.failed_at is not None:
-                    self.say(
-                        f"training resumed {time.monotonic() - self.failed_at:.1f} s after the "
-                        "failure was detected"
-                    )
-                elif first_step:
-                    self.say(
-                        f"first training step {time.monotonic() - self._started:.1f} s after the "
-                        "launcher started"
-                    )
-                if first_step:
-                    exits.put((_RELEASE, None))
-                progress = _STEP_LINE.search(line)
-                if progress and task.config.task_type in (CHIEF, WORKER):
-                    self.last_step_seen = max(self.last_step_seen, int(progress.group(1)))
         finally:
             self._close_log(task)
             code = task.process.wait()
+            events.join(STATUS_DRAIN_SECS)
             task.detail = getattr(task.process, "lost", None) or task.detail
             exits.put((task, code))
+
+    @staticmethod
+    def _repeats_the_chief(task: Task, shown: str) -> bool:
+        """Whether `shown` is a worker's line the chief's says for the job (progress, first step)."""
+        repeats = console.REPEATS_THE_CHIEF.match(shown) is not None
+        return task.config.task_type == WORKER and repeats
+
+    def _follow(self, task: Task, exits: queue.Queue) -> None:
+        """Reads the task's status channel until it ends, acting on each event."""
+
+        def malformed(line: str, why: str) -> None:
+            self.say(f"{task.name} sent a status line that is no event ({why}), ignored: {line!r}")
+
+        try:
+            for event in status.EventReader(malformed).read(task.process.status):
+                self._on_event(task, event, exits)
+        finally:
+            close = getattr(task.process.status, "close", None)
+            if close is not None:
+                close()
+
+    def _on_event(self, task: Task, event: status.Event, exits: queue.Queue) -> None:
+        """What the launcher learns from one of a task's events."""
+        training = task.config.task_type in (CHIEF, WORKER)
+        if isinstance(event, (status.FirstStep, status.Progress)) and training:
+            self.last_step_seen = max(self.last_step_seen, event.step)
+        if isinstance(event, status.FirstStep) and task.config.task_type == CHIEF:
+            if self.failed_at is not None:
+                self.say(
+                    f"training resumed {time.monotonic() - self.failed_at:.1f} s after the "
+                    "failure was detected"
+                )
+            else:
+                self.say(
+                    f"first training step {time.monotonic() - self._started:.1f} s after the "
+                    "launcher started"
+                )
+            exits.put((_RELEASE, None))
+        elif isinstance(event, status.Progress) and training:
+            task.progress = event
+            self._say_stragglers()
+        elif isinstance(event, status.StopStep) and event.how != status.PREEMPTION:
+            self.reported_steps = event.step
+        elif isinstance(event, status.Exiting) and event.cause:
+            task.detail = event.cause.strip()
+
+    def _say_stragglers(self) -> None:
+        """Says, once each, which workers lag the chief (`lags`)."""
+        chief = next((t for t in self.tasks if t.config.task_type == CHIEF), None)
+        if chief is None or chief.progress is None:
+            return
+        for worker in self.tasks:
+            if worker.config.task_type != WORKER or worker.progress is None or worker.straggled:
+                continue
+            lag = lags(worker.progress, chief.progress)
+            if lag is not None:
+                worker.straggled = True
+                self.say(f"{worker.name} lags the chief: {lag}")
 
     def _log(self, task: Task, line: str) -> None:
         """Appends `line` to the task's log file; after a failed write, says so once and stops."""
@@ -277,7 +346,7 @@ class Launcher:
         Args:
           deadline: `time.monotonic()` value to give up at, or None.
           train_steps: The last step; a training task ending below it failed.
-            None: the step the tasks print (`reported_steps`).
+            None: the step the tasks report in `StopStep` events (`reported_steps`).
           finish_timeout: Seconds the others may take after the first
             training task finished.
           root_cause_secs: Seconds a lost-peer exit (150) waits for the exit of
@@ -332,7 +401,7 @@ class Launcher:
 
     def _restart_evaluator(self, task: Task, failure: Failure) -> None:
         """Starts a failed evaluator again, alone; it resumes from the latest checkpoint."""
-        step = self._checkpoint_step()
+        step = self.checkpoint_step()
         self.evaluator_restarts.append(f"{failure.cause} (checkpoint step {step})")
         self.say(
             f"{failure.cause}; restarting the evaluator alone from checkpoint step {step} "
@@ -350,8 +419,8 @@ class Launcher:
             return Failure(f"{task.name} exited before training ended", exit_codes.STALLED)
         if task.config.task_type not in (CHIEF, WORKER):
             return None
-        # A step the tasks printed (a script's max_steps, or where early stopping ended training)
-        # comes before the job's own.
+        # A step the tasks reported (a script's max_steps, or where early stopping ended
+        # training) comes before the job's own.
         last = self.reported_steps if self.reported_steps is not None else train_steps
         if last is None:
             return Failure(
@@ -359,12 +428,12 @@ class Launcher:
                 "(it never called train_and_evaluate)",
                 exit_codes.FAILURE,
             )
-        step = self._checkpoint_step()
+        step = self.checkpoint_step()
         if step < last:
             return Failure(
                 f"{task.name} exited with code 0 while the latest checkpoint is at step {step}, "
-                f"before {self._steps_name}={last}: its training input ran out. Make the "
-                f"training input repeat (dataset.repeat()) and let {self._steps_name} end "
+                f"before {self._plan.steps_name}={last}: its training input ran out. Make the "
+                f"training input repeat (dataset.repeat()) and let {self._plan.steps_name} end "
                 "training; a restart would run out at the same place",
                 exit_codes.INPUT_EXHAUSTED,
             )

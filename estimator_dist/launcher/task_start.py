@@ -5,7 +5,9 @@
 `TaskProcess`. `start_local_task` is the local launcher's: a child process of
 the launcher, pinned to its cores, holding the kernel's parent death signal.
 `estimator_dist.launcher.ray.engine` starts the same command in a Ray actor on another
-node and returns a proxy with the same interface.
+node and returns a proxy with the same interface. Either way the task gets the
+write end of a pipe, its status channel (`estimator_dist.base.status`), and
+the launcher reads its events from `TaskProcess.status`.
 
 Example:
   >>> from estimator_dist.base.cluster import make_local_cluster
@@ -14,6 +16,8 @@ Example:
   >>> process = start_local_task(spec)  # doctest: +SKIP
   >>> for line in process.stdout:  # doctest: +SKIP
   ...     print(line, end="")
+  >>> list(status.EventReader().read(process.status))  # doctest: +SKIP
+  [Started(task='chief-0', pid=...), RendezvousMet(...), FirstStep(step=0), ...]
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import subprocess
 import sys
 from typing import Dict, FrozenSet, Iterable, Optional, Protocol, Tuple
 
-from estimator_dist.base import console
+from estimator_dist.base import console, status
 from estimator_dist.base.cluster import ClusterConfig
 from estimator_dist.base.cpus import task_process_setup
 
@@ -64,7 +68,9 @@ class TaskProcess(Protocol):
     """What the launcher needs of a started task: `subprocess.Popen`'s part it uses.
 
     `stdout` yields the task's output lines (stderr included) until it
-    exits; `wait` raises `subprocess.TimeoutExpired` on timeout. A process
+    exits, for people; `status` yields the lines of its status channel, one
+    JSON event each (`status.EventReader` reads them), for the launcher's
+    decisions. `wait` raises `subprocess.TimeoutExpired` on timeout. A process
     may also have `where` (text after `started <task> (pid N)`, such as
     ` on Ray node 10.0.0.2 (node 3f2a1c0d)`) and `lost` (why it ended without
     an exit of its own, such as its node's death), which the launcher shows.
@@ -72,6 +78,7 @@ class TaskProcess(Protocol):
 
     pid: int
     stdout: Iterable[str]
+    status: Iterable[str]
 
     def poll(self) -> Optional[int]: ...
 
@@ -87,15 +94,28 @@ class TaskProcess(Protocol):
 def start_local_task(spec: TaskSpec) -> subprocess.Popen:
     """Starts the task as a child of this process: its cores, its parent death signal.
 
+    The task inherits the write end of a pipe, named by `status.STATUS_FD_ENV`;
+    the returned process's `status` reads the other end.
+
     Call it from the main thread: the parent death signal follows the thread
     that started the child (see `cpus.task_process_setup`).
     """
-    return subprocess.Popen(
-        [sys.executable, "-m", spec.module, *spec.args],
-        env=dict(os.environ, **spec.environment()),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        preexec_fn=task_process_setup(spec.cores, os.getpid()),
-    )
+    read_fd, write_fd = os.pipe()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", spec.module, *spec.args],
+            env=dict(os.environ, **spec.environment(), **{status.STATUS_FD_ENV: str(write_fd)}),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            pass_fds=(write_fd,),
+            preexec_fn=task_process_setup(spec.cores, os.getpid()),
+        )
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)  # The task holds it: the channel ends when the task does.
+    process.status = open(read_fd, encoding="utf-8", errors="replace")
+    return process

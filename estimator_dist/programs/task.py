@@ -4,10 +4,13 @@ While the script runs, `ScriptTask.installed()` replaces
 `tf.estimator.train_and_evaluate` (and its `tf.compat.v1.estimator` alias)
 and guards `Estimator.train`/`evaluate`. The wrapper checks the call, gives
 the estimator its task's strategies (`estimator_dist.programs.strategy`),
-meets the cluster (`estimator_dist.guards.rendezvous`), adds the watchdog and the
-preemption checkpoint, wraps the input functions as `estimator_dist.train`
-does, makes the evaluator write `eval_metrics.json` and the chief
-`run_record.json`, and turns failures into the package's exit codes.
+meets the cluster (`estimator_dist.guards.rendezvous`), adds the watchdog, the
+preemption checkpoint and, on a training task, a hook sending the launcher
+`Progress` events (`progress_reporter`; Estimator's own `loss = ..., step = ...`
+lines stay the script's progress lines for people), wraps the input
+functions as `estimator_dist.train` does, makes the evaluator write
+`eval_metrics.json` and the chief `run_record.json`, and turns failures into
+the package's exit codes.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Set, 
 
 from absl import logging
 
+from estimator_dist.base import status
 from estimator_dist.base.cluster import CHIEF, WORKER, ClusterConfig
-from estimator_dist.base.console import MAX_STEPS_MARKER
 from estimator_dist.base.errors import Error, UsageError
 from estimator_dist.programs.config import PROGRAM, ScriptConfig
 from estimator_dist.programs.loop import LoopTask
@@ -349,8 +352,9 @@ class ScriptTask:
         last, decision = last_step.decide_for_task(
             cluster, model_dir, counts, max_steps, config.startup_timeout, self._attempt
         )
-        print(f"{MAX_STEPS_MARKER}{last} in model_dir {model_dir} (task {cluster.role})")
-        sys.stdout.flush()
+        if last is not None:
+            known = decision or last_step.read_decision(model_dir) or {}
+            status.emit(status.StopStep(step=last, how=last_step.stop_how(known.get("how"))))
         if cluster.is_chief:
             record = script_strategy.run_record(distribution, cluster, config, model_dir, max_steps)
             record["last_step"] = decision  # How the last step was found, on a cluster.
@@ -384,6 +388,9 @@ class ScriptTask:
             eval_hooks.append(watchdog.eval_hook())
         if isinstance(watchdog, Watchdog):
             train_hooks.append(watchdog.hook())
+        if not self._cluster.is_distributed or self._cluster.task_type in (CHIEF, WORKER):
+            every = estimator.config.log_step_count_steps or DEFAULT_PROGRESS_STEPS
+            train_hooks.append(progress_reporter(train_spec.max_steps, every))
         train = tf.estimator.TrainSpec(
             bind_input_fn(train_spec.input_fn, params),
             max_steps=train_spec.max_steps,
@@ -404,6 +411,61 @@ class ScriptTask:
             throttle_secs=_override(config.eval_throttle_secs, eval_spec.throttle_secs),
         )
         return train, evaluation
+
+
+#: Steps between two `Progress` events of a script whose RunConfig logs no step count.
+DEFAULT_PROGRESS_STEPS = 100
+
+
+def progress_reporter(last_step: Optional[int], every_n_steps: int) -> Any:
+    """A hook that sends a `status.Progress` event every `every_n_steps` global steps, silently.
+
+    `guards.roles.ProgressHook` without its progress line: a script's
+    Estimator logs `loss = ..., step = ...` for people already. The event
+    carries the step, the loss of the step that reached it and the interval's
+    length; no examples/s, the script's batch being unknown.
+
+    Args:
+      last_step: The step training ends at, or None when the script names none
+        (the events then say 0).
+      every_n_steps: Global steps between two events (the RunConfig's
+        `log_step_count_steps`).
+    """
+    import math
+
+    from estimator_dist.guards.roles import ProgressHook
+
+    class ProgressReporter(ProgressHook):
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            if self._since is None:
+                self._since = (self._known + self._per_run, self._clock())
+            if not self._fetching:
+                return
+            step = int(run_context.session.run(self._global_step))
+            now = self._clock()
+            if step > self._known:
+                self._per_run = (step - self._known) / self._runs
+            self._known, self._runs = step, 0
+            if step < self._next:  # Fewer global steps a run than predicted: not there yet.
+                return
+            loss = run_values.results.get("loss")
+            loss = None if loss is None or not math.isfinite(float(loss)) else float(loss)
+            since_time = self._since[1]
+            status.emit(
+                status.Progress(
+                    step=step,
+                    last_step=last_step or 0,
+                    loss=loss,
+                    examples_per_sec=None,
+                    interval_steps=self._every_n_steps,
+                    interval_secs=now - since_time if now > since_time else None,
+                )
+            )
+            self._since = (step, now)
+            self._next = self._boundary_after(step)
+
+    # Without a last step the boundaries never stop short of it.
+    return ProgressReporter(last_step or sys.maxsize, None, max(1, every_n_steps))
 
 
 def _override(value: Optional[int], default: int) -> int:

@@ -25,8 +25,8 @@ from typing import List, Optional, Tuple, Union
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist.base import console, files, tf_patches
-from estimator_dist.base.cluster import EVALUATOR, ClusterConfig
+from estimator_dist.base import console, files, status, tf_patches
+from estimator_dist.base.cluster import CHIEF, EVALUATOR, WORKER, ClusterConfig
 from estimator_dist.base.errors import DataError, Error
 from estimator_dist.config.job import JobConfig, check_batch
 from estimator_dist.guards.evaluator_watchdog import EvaluatorWatchdog
@@ -78,11 +78,15 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     checked = preflight(job, cluster.num_workers if cluster.task_type != EVALUATOR else 1)
     startup.mark("pre-flight")
     strategies, num_replicas = _strategies(job, cluster)
-    run_config = make_run_config(job.run, strategies.train_distribute, strategies.eval_distribute)
+    run_config = make_run_config(
+        job.run, strategies.train_distribute, strategies.eval_distribute, job.strategy.num_gpus
+    )
     startup.mark("strategies")
     preemption = _start_preemption(job, cluster)
     preemption.joined(rendezvous(cluster, records.job_view(job, cluster), job.startup_timeout))
     startup.mark("rendezvous")
+    if cluster.task_type in (None, CHIEF, WORKER):
+        status.emit(status.StopStep(step=job.train_steps, how=status.MAX_STEPS))
     estimator = _record_and_build(job, cluster, checked, strategies, num_replicas, run_config)
     watchdog = start_watchdog(
         cluster,

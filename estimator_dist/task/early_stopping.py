@@ -17,8 +17,10 @@ a little ahead, every task stops after it, the chief checkpoints it, and all
 go on with exit 0. The other tasks' early-stopping hooks are dropped: the
 preemption hook stops them.
 
->>> agreed([], None, is_chief=True)
-[]
+>>> from estimator_dist.base.cluster import ClusterConfig
+>>> hooks = [tf.estimator.StopAtStepHook(last_step=10)]
+>>> agreed(hooks, None, ClusterConfig(), channel=True) == hooks  # no early stopping: as given
+True
 """
 
 from __future__ import annotations
@@ -202,18 +204,15 @@ class FinalEvaluationExporter(tf.estimator.Exporter):
 def record_stop(model_dir: str, preemption: Preemption, cluster: Any) -> int:
     """After an early stop, says where training ended; the chief records it.
 
-    Each task prints the step on the line the launcher reads the last step
-    from; the chief writes it, with the reason, into `model_dir/last_step.json`
+    Each task tells the launcher the step (`status.StopStep`, which it takes
+    as the last step); the chief writes it, with the reason, into `model_dir/last_step.json`
     (which the evaluator takes as the last step) and `run_record.json`
     (`"stopped_early"`).
 
     Returns:
       The global step training ended at.
     """
-    import sys
-
-    from estimator_dist.base import files
-    from estimator_dist.base.console import MAX_STEPS_MARKER
+    from estimator_dist.base import files, status
     from estimator_dist.task import last_step
 
     reason = preemption.reason
@@ -223,8 +222,7 @@ def record_stop(model_dir: str, preemption: Preemption, cluster: Any) -> int:
         ended = files.checkpoint_step(model_dir)
     step = min(ended, preemption.stop_at or ended)
     logging.info("estimator_dist: training ended at global step %d: %s.", step, reason)
-    print(f"{MAX_STEPS_MARKER}{step} in model_dir {model_dir} (task {cluster.role}; {reason})")
-    sys.stdout.flush()
+    status.emit(status.StopStep(step=step, how=status.EARLY_STOPPING))
     if not cluster.is_chief:
         return step
     decision = last_step.read_decision(model_dir) or {}

@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from absl import logging
 
-from estimator_dist.base import files
+from estimator_dist.base import files, status
 from estimator_dist.base.errors import ClusterTimeoutError, UsageError
 
 #: Written by the chief before training: the last step and how it was found.
@@ -40,6 +40,13 @@ MAX_STEPS, CARDINALITY, COUNTED, INPUT_ENDED = (
     "input counted",
     "input ended",
 )
+#: How the last step was found, as the launcher's status channel names it.
+_STOP_HOWS = {
+    MAX_STEPS: status.MAX_STEPS,
+    CARDINALITY: status.INPUTS_COUNTED,
+    COUNTED: status.INPUTS_COUNTED,
+    INPUT_ENDED: status.INPUT_ENDED,
+}
 #: How a count found an input that never ends.
 REPEATS = "repeats forever"
 #: Seconds a count may take when TrainSpec has max_steps (training goes on to it if not counted).
@@ -381,6 +388,17 @@ def decide_for_task(
     if cluster.is_chief:
         write_decision(model_dir, decision)
     return decision["last_step"], decision
+
+
+def stop_how(how: Optional[str]) -> str:
+    """A decision's `how` as `status.StopStep.how`; an early stop's reason is early stopping.
+
+    >>> stop_how(CARDINALITY), stop_how(None)
+    ('inputs_counted', 'max_steps')
+    """
+    if how is None:
+        return status.MAX_STEPS
+    return _STOP_HOWS.get(how, status.EARLY_STOPPING)
 
 
 def finish_alone(

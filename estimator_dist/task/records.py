@@ -1,11 +1,11 @@
-"""The files a job leaves in model_dir besides checkpoints, and how they are read.
+"""What a task records of its job: the run record, the evaluator's metrics, the job's view.
 
+Where these files live and how they are read is `estimator_dist.base.files`.
 The chief writes `run_record.json` (what really ran: roles, strategy,
 collectives, batches, inputs, versions) before training; the evaluator, or
 a single process, writes `eval_metrics.json` after each evaluation, because
 `tf.estimator.train_and_evaluate` returns nothing in multi-worker mode.
 `job_view` is what every task must agree on at the rendezvous.
-
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any, Mapping, Optional
 
 import tensorflow as tf
 
+from estimator_dist.base import status
 from estimator_dist.base.cluster import ClusterConfig
 from estimator_dist.base.cpus import allowed_cores, onednn_enabled
 from estimator_dist.base.files import METRICS_FILE, json_numbers, write_json
@@ -33,7 +34,8 @@ class MetricsExporter(tf.estimator.Exporter):
 
     `tf.estimator.train_and_evaluate` returns None in multi-worker mode, so
     this exporter, which the evaluator calls after every evaluation, is where
-    the final metrics come from. The file is replaced atomically.
+    the final metrics come from. The file is replaced atomically, and the
+    launcher is told (`status.Evaluated`, the scalar metrics).
     """
 
     def __init__(self, model_dir: str) -> None:
@@ -61,6 +63,18 @@ class MetricsExporter(tf.estimator.Exporter):
         write_json(self._path, record)
         if is_the_final_export:
             self.final_metrics = metrics
+        numbers = {
+            key: value
+            for key, value in metrics.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+        }
+        status.emit(
+            status.Evaluated(
+                step=int(numbers.get("global_step", -1)),
+                metrics=numbers,
+                final=bool(is_the_final_export),
+            )
+        )
         return self._path
 
 

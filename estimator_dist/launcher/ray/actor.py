@@ -10,11 +10,15 @@ when the task starts. There is no window between choosing the port and
 TensorFlow binding it, as there is when a free port is found and released;
 only a program that binds this very port with `SO_REUSEADDR` can still take
 it (docs/ray.md#ports). It then starts the task's command as its child, with the
-parent death signal, and streams its output lines to the launcher.
+parent death signal and a status channel (`estimator_dist.base.status`), and
+streams its output lines and its status lines to the launcher, each tagged,
+then the task's exit code: once the task exited (its output ended), its
+status channel is read for at most `STATUS_DRAIN_SECS` more, as the local
+launcher does (a process the task started may hold the channel open).
 
 `ActorProcess` is what the launcher holds of such a task: the interface of
-`task_start.TaskProcess`, its lines read from the actor's streaming
-generator, its signals sent to the actor, which sends them to the process on
+`task_start.TaskProcess`, its output and status lines read from the actor's
+streaming generator, its signals sent to the actor, which sends them to the process on
 its node. When the actor dies (with its node, or killed), the process counts
 as killed by SIGKILL, and `lost` says why, naming the node.
 """
@@ -28,14 +32,31 @@ import socket
 import subprocess
 import sys
 import threading
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
+import time
+from typing import (
+    IO,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 from estimator_dist.base.cpus import task_process_setup
+from estimator_dist.base.status import DRAIN_SECS as STATUS_DRAIN_SECS
+from estimator_dist.base.status import STATUS_FD_ENV
 
 #: Seconds a signal, a start or a kill may take to reach the actor.
 CALL_TIMEOUT_SECS = 10.0
 #: The most lines the actor sends in one item of its stream.
 _BATCH_LINES = 500
+#: The tags of the lines in the actor's stream: the task's output, its status channel.
+OUTPUT, STATUS = "output", "status"
 
 
 def hold_port(ip: str) -> socket.socket:
@@ -67,6 +88,7 @@ class TaskHost:
         self._node_id = ray.get_runtime_context().get_node_id()
         self._socket = hold_port(self._ip) if needs_port else None
         self._process: Optional[subprocess.Popen] = None
+        self._status: Optional[IO[str]] = None
         # The parent death signal fires when the thread that started the child ends, and
         # Ray runs a threaded actor's methods on threads of its own: one thread that lives
         # as long as the actor starts every process.
@@ -106,16 +128,21 @@ class TaskHost:
         reply: queue.Queue = queue.Queue()
         directory = cwd if os.path.isdir(cwd) else None
         pinned = frozenset(cores) if cores else None
-        self._requests.put((command, environment, directory, pinned, reply))
+        read_fd, write_fd = os.pipe()
+        environment = {**environment, STATUS_FD_ENV: str(write_fd)}
+        self._requests.put((command, environment, directory, pinned, write_fd, reply))
         started = reply.get()
+        os.close(write_fd)  # The task holds it: the channel ends when the task does.
         if isinstance(started, BaseException):
+            os.close(read_fd)
             raise started
         self._process = started
+        self._status = open(read_fd, encoding="utf-8", errors="replace")
         return started.pid
 
     def _start_processes(self) -> None:
         while True:
-            command, environment, cwd, cores, reply = self._requests.get()
+            command, environment, cwd, cores, status_fd, reply = self._requests.get()
             try:
                 reply.put(
                     subprocess.Popen(
@@ -126,32 +153,53 @@ class TaskHost:
                         stdout=subprocess.PIPE,
                         stderr=subprocess.STDOUT,
                         text=True,
+                        pass_fds=(status_fd,),
                         preexec_fn=task_process_setup(cores, os.getpid()),
                     )
                 )
             except OSError as error:
                 reply.put(error)
 
-    def output(self) -> Iterator[Union[List[str], int]]:
-        """A streaming generator: lists of output lines as they come, then the exit code."""
+    def output(self) -> Iterator[Union[List[Tuple[str, str]], int]]:
+        """A streaming generator: the task's lines as they come, then its exit code.
+
+        Each item but the last is a list of `(OUTPUT, line)` (its output) and
+        `(STATUS, line)` (its status channel) in the order they were read.
+        Once the output ended and the process exited, the status channel is
+        read for at most `STATUS_DRAIN_SECS` more before the exit code comes.
+        """
         lines: queue.Queue = queue.Queue()
         process = self._process
 
-        def read() -> None:
-            for line in process.stdout:
-                lines.put(line)
-            lines.put(None)
+        def read(tag: str, stream: Iterable[str]) -> None:
+            for line in stream:
+                lines.put((tag, line))
+            lines.put(tag)  # The stream ended.
 
-        threading.Thread(target=read, daemon=True).start()
-        while True:
-            batch = [lines.get()]
-            while batch[-1] is not None and len(batch) < _BATCH_LINES and not lines.empty():
-                batch.append(lines.get())
-            if batch[-1] is None:
-                if batch[:-1]:
-                    yield batch[:-1]
-                break
-            yield batch
+        for tag, stream in ((OUTPUT, process.stdout), (STATUS, self._status or ())):
+            threading.Thread(target=read, args=(tag, stream), daemon=True).start()
+        ended: set = set()
+        drain_until: Optional[float] = None
+        while len(ended) < 2:
+            wait = None if drain_until is None else max(0.0, drain_until - time.monotonic())
+            try:
+                item = lines.get(timeout=wait)
+            except queue.Empty:
+                break  # The channel outlived the task by STATUS_DRAIN_SECS: a child holds it.
+            batch = []
+            while True:
+                if isinstance(item, str):
+                    ended.add(item)
+                else:
+                    batch.append(item)
+                if len(ended) == 2 or len(batch) >= _BATCH_LINES or lines.empty():
+                    break
+                item = lines.get()
+            if batch:
+                yield batch
+            if OUTPUT in ended and drain_until is None:
+                process.wait()
+                drain_until = time.monotonic() + STATUS_DRAIN_SECS
         yield process.wait()
 
     def signal(self, signum: int) -> None:
@@ -187,8 +235,10 @@ class ActorProcess:
         self._actor = actor
         self._explain_loss = explain_loss
         self._lines: queue.Queue = queue.Queue()
+        self._status: queue.Queue = queue.Queue()
         self._done = threading.Event()
-        self.stdout = self._read_lines()
+        self.stdout = self._read(self._lines)
+        self.status = self._read(self._status)
         stream = actor.output.remote() if actor is not None else None
         threading.Thread(target=self._receive, args=(stream,), daemon=True).start()
 
@@ -202,18 +252,20 @@ class ActorProcess:
                 if isinstance(item, int):
                     code = item
                 else:
-                    for line in item:
-                        self._lines.put(line)
+                    for tag, line in item:
+                        (self._status if tag == STATUS else self._lines).put(line)
         except ray.exceptions.RayError as error:
             self.lost = self._explain_loss(error)
         finally:
             self.returncode = code
             self._lines.put(None)
+            self._status.put(None)
             self._done.set()
 
-    def _read_lines(self) -> Iterator[str]:
+    @staticmethod
+    def _read(lines: queue.Queue) -> Iterator[str]:
         while True:
-            line = self._lines.get()
+            line = lines.get()
             if line is None:
                 return
             yield line

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 from absl import logging as absl_logging
 
-from estimator_dist.base import console
+from estimator_dist.base import console, status
 from estimator_dist.base.console import ConsoleFilter, LogFormatter, format_progress
 from estimator_dist.config.train_args import job_from_args
 from estimator_dist.guards import roles as guards
@@ -247,6 +247,17 @@ def test_one_line_exactly_at_every_nth_step_and_no_fetch_in_between(tmp_path, li
     ]
     assert [run for run, fetched in enumerate(hook.fetches, 1) if fetched] == [10, 20, 30, 40, 50]
     assert len(hook.fetches) == 50
+
+
+def test_each_progress_line_tells_the_launcher_its_figures(tmp_path, lines, monkeypatch):
+    sent = []
+    monkeypatch.setattr(status, "emit", sent.append)
+    estimator = tf.estimator.Estimator(model_fn, str(tmp_path), tf.estimator.RunConfig())
+    estimator.train(input_fn, max_steps=20, hooks=[Recorded(20, BATCH, 10)])
+    assert sent == [
+        status.Progress(10, 20, pytest.approx(9 * 0.64**9, rel=1e-3), 72.0, 10, 1.0),
+        status.Progress(20, 20, pytest.approx(9 * 0.64**19, rel=1e-3), 80.0, 10, 1.0),
+    ]
 
 
 def test_a_resumed_job_prints_at_the_global_step_boundaries(tmp_path, lines):

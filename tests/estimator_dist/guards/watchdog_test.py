@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.training import monitored_session
 
-from estimator_dist.base import exit_codes, tf_patches
+from estimator_dist.base import exit_codes, status, tf_patches
 from estimator_dist.guards import watchdog
 from estimator_dist.guards.evaluator_watchdog import EvaluatorWatchdog
 from estimator_dist.guards.watchdog import Watchdog, unreachable
@@ -272,17 +272,16 @@ def test_only_the_first_progress_arms_fail_fast(monkeypatch):
     assert armed == [True]
 
 
-def test_first_progress_logs_the_first_step_marker(caplog):
+def test_first_progress_logs_the_first_step_and_tells_the_launcher(caplog, monkeypatch):
     caplog.set_level(logging.INFO)
+    sent = []
+    monkeypatch.setattr(status, "emit", sent.append)
     dog, _, _ = make_watchdog()
     dog.progress(5)
     dog.progress(6)
-    marked = [
-        r.getMessage() for r in caplog.records if exit_codes.FIRST_STEP_MARKER in r.getMessage()
-    ]
-    assert marked == [
-        f"estimator_dist: task worker-1 {exit_codes.FIRST_STEP_MARKER} (global step 5)."
-    ]
+    marked = [r.getMessage() for r in caplog.records if "first step" in r.getMessage()]
+    assert marked == ["estimator_dist: task worker-1 ran its first step (global step 5)."]
+    assert sent == [status.FirstStep(step=5)]
 
 
 # --- training loop ending early ----------------------------------------------
@@ -501,11 +500,13 @@ def test_unreachable_accepts_bracketed_ipv6():
         assert unreachable({"chief-0": address}) == []
 
 
-def test_fail_writes_one_line_and_exits_with_the_code(monkeypatch, capsys):
-    exited = []
+def test_fail_writes_one_line_tells_the_launcher_and_exits_with_the_code(monkeypatch, capsys):
+    exited, sent = [], []
     monkeypatch.setattr(watchdog.os, "_exit", exited.append)
+    monkeypatch.setattr(status, "emit", sent.append)
     watchdog.fail("worker-2", exit_codes.STALLED, "the step stayed at 4")
     assert exited == [exit_codes.STALLED]
+    assert sent == [status.Exiting(exit_code=exit_codes.STALLED, cause="the step stayed at 4")]
     err = capsys.readouterr().err
     assert err == "estimator_dist: task worker-2 failed (exit 152): the step stayed at 4\n"
 

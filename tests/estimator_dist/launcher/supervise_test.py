@@ -6,26 +6,36 @@ into the launcher's exit queue as the output pumps would. `supervise` runs in
 a thread joined with a bound, so a wrong wait fails instead of hanging.
 """
 
+import dataclasses
 import io
+import os
 import queue
-import subprocess
 import sys
 import threading
 import time
 
 import pytest
 
-from estimator_dist.base import exit_codes
+from estimator_dist.base import exit_codes, status
 from estimator_dist.base.cluster import make_local_cluster
 from estimator_dist.base.console import PROTOCOL_LINE
 from estimator_dist.launcher import supervise
+from estimator_dist.launcher.engine import JobShape
 from estimator_dist.launcher.exits import Failure, describe_exit, exit_code_of
+from estimator_dist.launcher.local import LocalEngine
+from estimator_dist.launcher.plan import Plan
 from estimator_dist.launcher.supervise import Launcher, Task
+from estimator_dist.launcher.task_start import TaskSpec, start_local_task
 
 pytestmark = pytest.mark.timeout(60)
 
 TRAIN_STEPS = 100
 FAR = 60.0
+
+
+def plan(tmp_path, steps_name="--train_steps"):
+    """The plan of an estimator_dist.train job writing to `tmp_path`."""
+    return Plan("estimator_dist.train", (), str(tmp_path), steps_name=steps_name)
 
 
 class Job:
@@ -34,12 +44,9 @@ class Job:
     def __init__(self, tmp_path, num_workers=2, num_ps=0, evaluator=True, step=TRAIN_STEPS):
         self.step = step
         self.out = io.StringIO()
-        self.launcher = Launcher(
-            train_args=[],
-            model_dir=str(tmp_path),
-            checkpoint_step=lambda: self.step,
-            out=self.out,
-        )
+        engine = LocalEngine(JobShape(num_workers, 0, True))
+        self.launcher = Launcher(plan(tmp_path), engine, out=self.out)
+        self.launcher.checkpoint_step = lambda: self.step
         ports = list(range(20000, 20000 + num_workers + num_ps))
         cluster = make_local_cluster(num_workers, ports, num_ps=num_ps, evaluator=evaluator)
         self.launcher.tasks = [
@@ -382,7 +389,7 @@ def test_supervise_reports_a_task_killed_by_a_real_time_signal(tmp_path):
     assert failure.retryable
 
 
-# --- what the console shows of a task's output -----------------------------------------
+# --- what the launcher learns from a task: its status events only -----------------------
 
 #: A task's output: TensorFlow's noise, the lines meant for people, its failure.
 TASK_LINES = [
@@ -398,69 +405,286 @@ TASK_LINES = [
     "failed (exit 152): the global step stayed at 200",
     "estimator_dist: task chief-0 failed (exit 152): the global step stayed at 200",
 ]
+#: What the same task says on its status channel.
+TASK_EVENTS = [
+    status.Started(task="chief-0", pid=1404),
+    status.FirstStep(step=0),
+    status.Progress(200, 400, 0.232, 6830.0, 100, 2.9),
+    status.Exiting(exit_code=152, cause="the global step stayed at 200"),
+]
+#: Lines a user's model_fn or script may print that the launcher once read as facts.
+MIMICS = [
+    "global step 999",
+    "INFO:tensorflow:loss = 0.41, step = 999 (0.512 sec)",
+    "estimator_dist: task chief-0 ran its first step (global step 999).",
+    "estimator_dist: task chief failed (exit 150): fake",
+    "estimator_dist.train: error: fake",
+    "estimator_dist.script: training to max_steps=999 in model_dir /tmp (task chief-0)",
+    PROTOCOL_LINE,
+]
 
 
-def pump(tmp_path, lines, verbose=False):
-    """Runs a real process printing `lines` through the launcher's pump.
+class FakeProcess:
+    """A finished task: its output lines, its status lines, its exit code."""
+
+    pid = 1404
+
+    def __init__(self, lines=(), events=(), code=0, status_lines=()):
+        self.stdout = [f"{line}\n" for line in lines]
+        self.status = [*status_lines, *(status.encode(event) for event in events)]
+        self.code = code
+
+    def wait(self, timeout=None):
+        return self.code
+
+
+def pump(tmp_path, lines, events=(), verbose=False, role="chief-0", process=None):
+    """Runs a task's output and status lines through the launcher's pump.
 
     Returns:
-      What the console shows of the task, and the task's log.
+      The launcher, the task, what it put in the exits queue (the release of
+      the evaluator, then the exit), what the console shows of the task, and
+      the task's log.
     """
     out = io.StringIO()
-    launcher = Launcher([], str(tmp_path), lambda: 0, out=out, verbose=verbose)
-    config = make_local_cluster(1, [20001]).tasks[0]
-    script = "import sys\nfor line in sys.argv[1:]:\n    print(line)\n"
-    process = subprocess.Popen(
-        [sys.executable, "-c", script, *lines], stdout=subprocess.PIPE, text=True
-    )
-    task = Task(config, process, open(tmp_path / "chief-0.log", "w"))
+    engine = LocalEngine(JobShape(2, 0, False))
+    launcher = Launcher(plan(tmp_path), engine, out=out, verbose=verbose)
+    configs = {c.role: c for c in make_local_cluster(2, [20001, 20002]).tasks}
+    task = Task(configs[role], process or FakeProcess(lines, events), open(tmp_path / "t.log", "w"))
+    launcher.tasks = [task]
     exits = queue.Queue()
     launcher._pump(task, exits)
-    events = [exits.get_nowait() for _ in range(exits.qsize())]
-    assert events[-1] == (task, 0)  # After the evaluator's release at the first step.
-    assert task.detail == "the global step stayed at 200"
-    assert launcher.last_step_seen == 200
-    echoed = [line for line in out.getvalue().splitlines(True) if line.startswith("[chief] ")]
-    return "".join(echoed), (tmp_path / "chief-0.log").read_text()
+    queued = [exits.get_nowait() for _ in range(exits.qsize())]
+    assert queued[-1] == (task, task.process.wait())
+    prefix = f"[{task.name}] "
+    echoed = [line for line in out.getvalue().splitlines(True) if line.startswith(prefix)]
+    launcher_lines = [line for line in out.getvalue().splitlines() if line.startswith("[launcher]")]
+    return Pumped(
+        launcher,
+        task,
+        queued[:-1],
+        "".join(echoed),
+        launcher_lines,
+        (tmp_path / "t.log").read_text(),
+    )
+
+
+@dataclasses.dataclass
+class Pumped:
+    launcher: Launcher
+    task: Task
+    queued: list
+    shown: str
+    said: list
+    log: str
 
 
 @pytest.mark.multiprocess
+def test_a_locally_started_task_gives_the_launcher_its_output_and_its_events(tmp_path, monkeypatch):
+    (tmp_path / "fake_task.py").write_text(
+        "import sys\n"
+        "from estimator_dist.base import status\n"
+        "status.emit(status.FirstStep(step=7))\n"
+        "print('global step 999')\n"
+        "status.emit(status.Exiting(exit_code=152, cause='stalled'))\n"
+        "sys.exit(152)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
+    config = make_local_cluster(2, [20001, 20002]).tasks[0]
+    process = start_local_task(TaskSpec("fake_task", (), config, None))
+    pumped = pump(tmp_path, (), process=process)
+    assert pumped.task.detail == "stalled"
+    assert pumped.launcher.last_step_seen == 7
+    assert pumped.queued == [(supervise._RELEASE, None)]
+    assert pumped.shown == "[chief] global step 999\n"
+
+
 def test_a_task_that_says_so_shows_only_what_people_need_and_logs_everything(tmp_path):
-    shown, log = pump(tmp_path, [PROTOCOL_LINE, *TASK_LINES])
-    assert shown == (
+    pumped = pump(tmp_path, [PROTOCOL_LINE, *TASK_LINES], TASK_EVENTS)
+    assert pumped.shown == (
         "[chief] estimator_dist: task chief-0 ran its first step (global step 0).\n"
         "[chief] [ 50%] loss = 0.2320, step = 200/400, 6,830 examples/s, ~2 s left\n"
         "[chief] estimator_dist: task chief-0 failed (exit 152): the global step stayed at 200\n"
     )
-    assert log == "\n".join([PROTOCOL_LINE, *TASK_LINES]) + "\n"
+    assert pumped.log == "\n".join([PROTOCOL_LINE, *TASK_LINES]) + "\n"
+    assert pumped.task.detail == "the global step stayed at 200"
+    assert pumped.launcher.last_step_seen == 200
+    assert pumped.queued == [(supervise._RELEASE, None)]
+    assert pumped.said[0].startswith("[launcher] first training step ")
 
 
-@pytest.mark.multiprocess
 def test_verbose_shows_every_line(tmp_path):
-    shown, log = pump(tmp_path, [PROTOCOL_LINE, *TASK_LINES], verbose=True)
-    assert shown == "".join(f"[chief] {line}\n" for line in TASK_LINES)
-    assert log == "\n".join([PROTOCOL_LINE, *TASK_LINES]) + "\n"
+    pumped = pump(tmp_path, [PROTOCOL_LINE, *TASK_LINES], TASK_EVENTS, verbose=True)
+    assert pumped.shown == "".join(f"[chief] {line}\n" for line in TASK_LINES)
+    assert pumped.log == "\n".join([PROTOCOL_LINE, *TASK_LINES]) + "\n"
 
 
-@pytest.mark.multiprocess
 def test_a_task_that_does_not_say_so_shows_every_line(tmp_path):
-    shown, _ = pump(tmp_path, TASK_LINES)
-    assert shown == "".join(f"[chief] {line}\n" for line in TASK_LINES)
+    pumped = pump(tmp_path, TASK_LINES, TASK_EVENTS)
+    assert pumped.shown == "".join(f"[chief] {line}\n" for line in TASK_LINES)
+
+
+def test_lines_that_mimic_the_old_markers_decide_nothing(tmp_path):
+    pumped = pump(tmp_path, [PROTOCOL_LINE, *MIMICS])
+    assert pumped.task.detail is None
+    assert pumped.launcher.last_step_seen == 0
+    assert pumped.launcher.reported_steps is None
+    assert pumped.queued == []  # No release of the evaluator.
+    assert pumped.said == []
+    # Only the first line switches the console's filter on: the mimic is shown as printed.
+    assert pumped.shown.splitlines()[-1] == f"[chief] {PROTOCOL_LINE}"
+
+
+def test_a_worker_first_step_releases_nothing_and_a_chief_resumed_says_so(tmp_path):
+    pumped = pump(tmp_path, (), [status.FirstStep(step=5)], role="worker-0")
+    assert (pumped.queued, pumped.said, pumped.launcher.last_step_seen) == ([], [], 5)
+    out = io.StringIO()
+    launcher = Launcher(plan(tmp_path), LocalEngine(JobShape(1, 0, False)), out=out)
+    launcher.failed_at = time.monotonic()
+    task = Task(make_local_cluster(1, [20001]).tasks[0], None, None)
+    exits = queue.Queue()
+    launcher._on_event(task, status.FirstStep(step=300), exits)
+    assert out.getvalue().startswith("[launcher] training resumed ")
+    assert exits.get_nowait() == (supervise._RELEASE, None)
 
 
 @pytest.mark.parametrize(
-    "line, step",
+    "how, reported",
     [
-        ("[ 50%] loss = 0.2320, step = 200/400, 6,830 examples/s, ~2 s left", 200),
-        ("INFO:tensorflow:loss = 0.41, step = 37 (0.512 sec)", 37),
-        ("estimator_dist: task worker-0 received SIGTERM at global step 143; stopping", 143),
-        (
-            "estimator_dist: task worker-0 will stop at global step 160 (preemption of chief-0).",
-            None,
-        ),
-        ("estimator_dist: chief-0 decided: every task stops at global step 160", None),
+        (status.MAX_STEPS, 321),
+        (status.INPUTS_COUNTED, 321),
+        (status.INPUT_ENDED, 321),
+        (status.EARLY_STOPPING, 321),
+        (status.PREEMPTION, None),  # A decided stop, ahead of the steps run: not the last step.
     ],
 )
-def test_steps_lost_count_only_steps_run_not_a_decided_stop_step(line, step):
-    progress = supervise._STEP_LINE.search(line)
-    assert (progress and int(progress.group(1))) == step
+def test_the_last_step_comes_from_a_stop_step_event_not_a_preemption(tmp_path, how, reported):
+    pumped = pump(tmp_path, (), [status.StopStep(step=321, how=how)], role="worker-0")
+    assert pumped.launcher.reported_steps == reported
+    assert pumped.launcher.last_step_seen == 0
+
+
+def test_a_malformed_status_line_is_said_once_and_ignored(tmp_path):
+    process = FakeProcess(
+        events=[status.FirstStep(step=4)],
+        status_lines=["global step 999\n", '{"v": 1, "kind": "first_step"}\n'],
+    )
+    pumped = pump(tmp_path, (), process=process, role="worker-0")
+    assert pumped.said == [
+        "[launcher] worker-0 sent a status line that is no event "
+        "(not JSON: Expecting value: line 1 column 1 (char 0)), ignored: 'global step 999'"
+    ]
+    assert pumped.launcher.last_step_seen == 4
+
+
+def test_the_exit_waits_for_the_events_written_before_it(tmp_path):
+    """The exit is queued only once the status channel ended, so its cause is known."""
+    exited = threading.Event()
+
+    class Exiting(FakeProcess):
+        def wait(self, timeout=None):
+            exited.set()
+            return self.code
+
+    def channel():  # Read only after the exit was seen, as when the status thread lags.
+        assert exited.wait(5)
+        yield status.encode(status.Exiting(exit_code=3, cause="a bad record"))
+
+    process = Exiting(code=3)
+    process.status = channel()
+    pumped = pump(tmp_path, (), process=process, role="worker-0")
+    assert pumped.task.detail == "a bad record"
+
+
+# --- the console: the job's progress once ------------------------------------------------
+
+PROGRESS_LINE = (
+    "I1124 02:18:06.459632 1404 roles.py:228] [ 50%] loss = 0.2320, "
+    "step = 200/400, 6,830 examples/s, ~2 s left"
+)
+
+
+@pytest.mark.parametrize("role, shown", [("chief-0", True), ("worker-0", False)])
+def test_only_the_chief_progress_line_reaches_the_console(tmp_path, role, shown):
+    pumped = pump(tmp_path, [PROTOCOL_LINE, PROGRESS_LINE, "a warning"], role=role)
+    name = "chief" if role == "chief-0" else role
+    expected = f"[{name}] [ 50%] loss = 0.2320, step = 200/400, 6,830 examples/s, ~2 s left\n"
+    assert (expected in pumped.shown) == shown
+    assert pumped.shown.endswith(f"[{name}] a warning\n")
+    assert PROGRESS_LINE in pumped.log
+
+
+FIRST_STEP_LINE = (
+    "I1124 02:18:03.626438 1404 watchdog.py:271] estimator_dist: task worker-0 "
+    "ran its first step (global step 0)."
+)
+
+
+@pytest.mark.parametrize("role, shown", [("chief-0", True), ("worker-0", False)])
+def test_only_the_chiefs_first_step_line_reaches_the_console(tmp_path, role, shown):
+    pumped = pump(tmp_path, [PROTOCOL_LINE, FIRST_STEP_LINE], role=role)
+    assert ("ran its first step" in pumped.shown) == shown
+    assert FIRST_STEP_LINE in pumped.log
+
+
+def test_verbose_shows_the_workers_progress_lines_too(tmp_path):
+    pumped = pump(tmp_path, [PROTOCOL_LINE, PROGRESS_LINE], role="worker-0", verbose=True)
+    assert "[worker-0] I1124" in pumped.shown
+
+
+def progress(step, rate=8000.0):
+    return status.Progress(step, 400, 0.1, rate, 100, 1.0)
+
+
+def test_a_worker_that_lags_the_chief_is_said_once(tmp_path):
+    job = Job(tmp_path)
+    chief, worker = job.by_name["chief"], job.by_name["worker-0"]
+    exits = queue.Queue()
+    for task, event in [
+        (chief, progress(100)),
+        (worker, progress(100)),
+        (chief, progress(200)),
+        (chief, progress(300)),  # The worker's 200 is late: two intervals behind.
+        (worker, progress(200)),
+        (chief, progress(400)),
+        (worker, progress(300)),
+    ]:
+        job.launcher._on_event(task, event, exits)
+    assert job.out.getvalue() == (
+        "[launcher] worker-0 lags the chief: at step 100 while the chief is at step 300 "
+        "(a progress line every 100 steps)\n"
+    )
+    assert job.launcher.last_step_seen == 400
+
+
+def test_a_worker_much_slower_at_the_same_step_is_said(tmp_path):
+    job = Job(tmp_path, num_workers=3)
+    exits = queue.Queue()
+    job.launcher._on_event(job.by_name["chief"], progress(200, 8000.0), exits)
+    job.launcher._on_event(job.by_name["worker-0"], progress(200, 7000.0), exits)
+    assert job.out.getvalue() == ""
+    job.launcher._on_event(job.by_name["worker-1"], progress(200, 3000.0), exits)
+    assert job.out.getvalue() == (
+        "[launcher] worker-1 lags the chief: at step 200 at 3,000 examples/s, "
+        "the chief at 8,000 examples/s\n"
+    )
+
+
+def test_the_protocol_line_after_a_start_up_warning_still_switches_the_filter_on(tmp_path):
+    warning = "/usr/lib/python3/site.py:1: DeprecationWarning: something is deprecated"
+    pumped = pump(tmp_path, [warning, "  import thing", PROTOCOL_LINE, *TASK_LINES], TASK_EVENTS)
+    assert pumped.shown == (
+        f"[chief] {warning}\n"
+        "[chief]   import thing\n"
+        "[chief] estimator_dist: task chief-0 ran its first step (global step 0).\n"
+        "[chief] [ 50%] loss = 0.2320, step = 200/400, 6,830 examples/s, ~2 s left\n"
+        "[chief] estimator_dist: task chief-0 failed (exit 152): the global step stayed at 200\n"
+    )
+    assert pumped.log == "\n".join([warning, "  import thing", PROTOCOL_LINE, *TASK_LINES]) + "\n"
+
+
+def test_the_protocol_line_counts_only_among_the_first_lines(tmp_path):
+    early = [f"line {i}" for i in range(supervise.PROTOCOL_LINES)]
+    pumped = pump(tmp_path, [*early, PROTOCOL_LINE, *TASK_LINES], TASK_EVENTS)
+    shown = [*early, PROTOCOL_LINE, *TASK_LINES]
+    assert pumped.shown == "".join(f"[chief] {line}\n" for line in shown)
