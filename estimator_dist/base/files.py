@@ -4,7 +4,8 @@ Every task and the launcher read and write them through here: `run_record.json`
 (the chief, before training), `eval_metrics.json` (after each evaluation),
 `last_step.json` (the step a script trains to, decided from its inputs). Files are
 written atomically, so a reader never sees half of one; remote model_dirs go
-through `tf.io.gfile`.
+through `tf.io.gfile`, imported when a file is first read or written, so that
+the launcher and `manifest` start without TensorFlow.
 
 >>> format_metrics({"global_step": 400, "accuracy": 0.9625, "loss": 0.12})
 'global_step=400, accuracy=0.9625, loss=0.1200'
@@ -17,8 +18,6 @@ import fcntl
 import json
 import os
 from typing import Any, Iterator, Mapping, Optional
-
-import tensorflow as tf
 
 #: Written by the evaluator (or a single process) after each evaluation.
 METRICS_FILE = "eval_metrics.json"
@@ -44,6 +43,8 @@ def _to_json_number(value: Any) -> Any:
 
 def write_json(path: str, data: Mapping[str, Any]) -> None:
     """Writes `data` as JSON to `path` atomically (a temporary file, then a rename)."""
+    import tensorflow as tf
+
     temporary = f"{path}.tmp-{os.getpid()}"
     with tf.io.gfile.GFile(temporary, "w") as stream:
         stream.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
@@ -69,6 +70,8 @@ def model_dir_lock(model_dir: str, name: str) -> Iterator[None]:
 
 def read_json(path: str) -> Optional[dict]:
     """The JSON object at `path`, or None when there is none (yet) or it is not JSON."""
+    import tensorflow as tf
+
     try:
         with tf.io.gfile.GFile(path) as stream:
             return json.loads(stream.read())
@@ -78,6 +81,8 @@ def read_json(path: str) -> Optional[dict]:
 
 def checkpoint_step(model_dir: str) -> int:
     """Returns the global step of the latest checkpoint in `model_dir`, or 0 if none."""
+    import tensorflow as tf
+
     latest = tf.train.latest_checkpoint(model_dir)
     return int(latest.rsplit("-", 1)[1]) if latest else 0
 
@@ -98,6 +103,8 @@ def mark_final_metrics(model_dir: str) -> Optional[dict]:
 
 def read_final_metrics(model_dir: str) -> Optional[dict]:
     """Returns the final evaluation metrics written to `model_dir`, or None."""
+    import tensorflow as tf
+
     path = os.path.join(model_dir, METRICS_FILE)
     if not tf.io.gfile.exists(path):
         return None

@@ -41,10 +41,17 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tup
 from estimator_dist.base.cluster import CHIEF, EVALUATOR, WORKER, ClusterConfig, LocalCluster
 from estimator_dist.base.cpus import split_cores
 from estimator_dist.base.errors import ClusterTimeoutError, Error, UsageError
+from estimator_dist.launcher.engine import JobShape
 from estimator_dist.launcher.ray.actor import CALL_TIMEOUT_SECS, ActorProcess, TaskHost
-from estimator_dist.launcher.ray.settings import INSTALL_HINT, JobShape, RaySettings, import_ray
+from estimator_dist.launcher.ray.settings import INSTALL_HINT, RaySettings, import_ray
 from estimator_dist.launcher.task_start import TaskSpec
 
+#: The launcher's first line when its tasks run on a Ray cluster.
+NETWORK_MESSAGE = (
+    "WARNING: network: the Ray cluster's; TensorFlow's gRPC servers listen on all interfaces "
+    "of their nodes without authentication while the job runs: run it only on a network "
+    "nobody else can reach"
+)
 #: Seconds to wait for the Ray cluster's address to accept a connection.
 _CONNECT_TIMEOUT_SECS = 10.0
 #: Threads of an actor: its output stream, signals, and a start.
@@ -88,6 +95,9 @@ class RayEngine:
       shape: The job's tasks.
     """
 
+    kind = "Ray cluster"
+    needs_shared_model_dir = True
+
     def __init__(self, settings: RaySettings, shape: JobShape) -> None:
         self._settings = settings
         self._shape = shape
@@ -98,6 +108,10 @@ class RayEngine:
         self._placed: Dict[str, _Placed] = {}
         #: Cores of training tasks that share a host with another (`shared_host_cores`).
         self._cores: Dict[str, FrozenSet[int]] = {}
+
+    def prepare(self) -> str:
+        """Nothing to ready here: the tasks' network is the Ray cluster's; says so."""
+        return NETWORK_MESSAGE
 
     def connect(self, say: Callable[[str], None]) -> None:
         """Connects this process to the Ray cluster as its driver.

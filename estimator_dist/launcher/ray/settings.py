@@ -1,8 +1,7 @@
 """The Ray engine's settings: the cluster, the placement, each task's resources; Ray itself.
 
 `RaySettings` is what `--engine=ray` and its flags make (`launch_flags`),
-validated, without importing Ray; `JobShape` lists a job's tasks in the order
-of its cluster; `import_ray` imports Ray or says how to install it.
+validated, without importing Ray; `import_ray` imports Ray or says how to install it.
 
 Example:
   >>> settings = RaySettings("10.0.0.1:6379", placement="spread", gpus_per_task=1)
@@ -13,10 +12,10 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Optional
 
-from estimator_dist.base.cluster import CHIEF, EVALUATOR, PS, WORKER
 from estimator_dist.base.errors import UsageError
+from estimator_dist.base.settings import setting
 
 #: Values of `--ray_placement`: Ray's placement group strategies.
 PLACEMENTS = ("STRICT_SPREAD", "SPREAD", "PACK")
@@ -45,11 +44,39 @@ class RaySettings:
     estimator_dist.base.errors.UsageError: --ray_cpus_per_task must be more than 0, received 0. ...
     """
 
-    address: str
-    placement: str = "STRICT_SPREAD"
-    cpus_per_task: float = 1.0
-    gpus_per_task: float = 0.0
-    placement_timeout_secs: float = 60.0
+    address: Optional[str] = setting(
+        None,
+        "With --engine=ray: the Ray cluster's address, HOST:PORT as `ray start --head` prints it, "
+        "or `auto` on a node of the cluster.",
+        kind="string",
+        flag="ray_address",
+    )
+    placement: str = setting(
+        "STRICT_SPREAD",
+        "With --engine=ray: how the tasks are spread over the nodes, as a Ray placement group "
+        "strategy: STRICT_SPREAD puts every task on a node of its own; SPREAD spreads them as far "
+        "as the nodes allow; PACK packs them on as few nodes as possible.",
+        enum=PLACEMENTS,
+        flag="ray_placement",
+    )
+    cpus_per_task: float = setting(
+        1.0,
+        "With --engine=ray: CPUs reserved for each task (its bundle and its actor).",
+        flag="ray_cpus_per_task",
+    )
+    gpus_per_task: float = setting(
+        0.0,
+        "With --engine=ray: GPUs reserved for each task; Ray sets CUDA_VISIBLE_DEVICES of the task "
+        "to the GPUs it reserved.",
+        flag="ray_gpus_per_task",
+    )
+    placement_timeout_secs: float = setting(
+        60.0,
+        "With --engine=ray: seconds to wait for the nodes of an attempt (its placement group and "
+        "actors) before the job fails with exit 151, naming how many nodes fit and how many it "
+        "needs.",
+        flag="ray_placement_timeout_secs",
+    )
 
     def __post_init__(self) -> None:
         address = (self.address or "").strip()
@@ -99,25 +126,6 @@ class RaySettings:
         if self.gpus_per_task:
             bundle["GPU"] = self.gpus_per_task
         return bundle
-
-
-@dataclasses.dataclass(frozen=True)
-class JobShape:
-    """The tasks of a job: training workers (the chief included), ps tasks, an evaluator."""
-
-    num_workers: int
-    num_ps: int
-    evaluator: bool
-
-    def tasks(self) -> List[Tuple[str, int]]:
-        """Each task's job name and index, in the order of the cluster's tasks.
-
-        >>> JobShape(2, 1, True).tasks()
-        [('chief', 0), ('worker', 0), ('ps', 0), ('evaluator', 0)]
-        """
-        tasks = [(CHIEF, 0)] + [(WORKER, i) for i in range(self.num_workers - 1)]
-        tasks += [(PS, i) for i in range(self.num_ps)]
-        return tasks + ([(EVALUATOR, 0)] if self.evaluator else [])
 
 
 def import_ray() -> Any:
