@@ -1,7 +1,8 @@
 # The two commands of README.md. Each creates .venv with pinned packages on first use.
 #   make demo   2 workers + an evaluator on the embedded digits dataset, prints the metrics
 #   make test   the test suite (what .ci/run runs)
-# While working: make test-fast, every test that starts no process (under 3 minutes on 2 cores).
+# While working: make test-fast, every test that starts no process and takes no more than a
+# second or two. How many tests each runs, and for how long: docs/development.md.
 # And the benchmark suite (not part of the tests; about 1.7 hours on 2 cores):
 #   make bench  writes docs/benchmarks/ (BENCH_ARGS=--quick for a short check)
 
@@ -62,5 +63,5 @@ bench: $(STAMP)
 # The flag reference, generated from the flag definitions; a test fails when it is out of date.
 .PHONY: docs
 docs: $(STAMP)
-	$(VENV)/bin/python -m estimator_dist.config.flag_reference > docs/flags.md.tmp
+	$(VENV)/bin/python -m estimator_dist.flag_reference > docs/flags.md.tmp
 	mv docs/flags.md.tmp docs/flags.md

@@ -2,7 +2,7 @@
 
 import pathlib
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 HERE = pathlib.Path(__file__).parent
 TF_VERSION = "2.15.1"
@@ -19,7 +19,8 @@ setup(
     long_description=(HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
-    packages=["estimator_dist", "model_fns", "input_fns", "run_config"],
+    # Every sub-package (estimator_dist/launcher/ray, ...): a plain list would leave them out.
+    packages=find_packages(include=["estimator_dist*", "model_fns*", "input_fns*", "run_config*"]),
     # tf.estimator was removed in TensorFlow 2.16, and TensorFlow 2.15 supports Python 3.9-3.11.
     python_requires=">=3.9,<3.12",
     install_requires=[

@@ -1,8 +1,9 @@
 """estimator-dist: multi-worker `tf.estimator` training that works the first time.
 
-Modules: `cluster` (TF_CONFIG), `driver` (train_and_evaluate on any role),
-`train` (the absl entry point), `launch` (a local cluster on one machine),
-`registry` and `params` (names and hyper-parameters from the command line).
+The programs users run are the modules here (`python -m estimator_dist.train`,
+`.launch`, `.script`, `.manifest`, `.check`, `.predict`); the rest lives in one
+folder per concern (`base/`, `config/`, `guards/`, `task/`, `serving/`,
+`programs/`, `kubernetes/`, `launcher/`), described in docs/architecture.md.
 """
 
 __version__ = "0.1.0"

@@ -1,6 +1,6 @@
 """The full flag reference, docs/flags.md, generated from the flag definitions.
 
-  python -m estimator_dist.config.flag_reference > docs/flags.md    # or: make docs
+  python -m estimator_dist.flag_reference > docs/flags.md    # or: make docs
 
 Each program's flags are read the way that program defines them, without
 running it: a module with a `define_flags(flag_values)` function of its own
@@ -12,7 +12,7 @@ read in a Python process of its own, as it runs: the launcher and the check
 both define `--script` and `--num_workers` on the global flags, so the two
 cannot be imported into one process. The processes only import.
 
-`tests/estimator_dist/config/flag_reference_test.py` fails when docs/flags.md is not
+`tests/estimator_dist/flag_reference_test.py` fails when docs/flags.md is not
 `render()`, so the reference cannot drift from the code.
 """
 
@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from absl import app, flags
 
 #: The commands that write the reference; the test's failure message names them.
-REGENERATE = "`make docs` (or `python -m estimator_dist.config.flag_reference > docs/flags.md`)"
+REGENERATE = "`make docs` (or `python -m estimator_dist.flag_reference > docs/flags.md`)"
 #: Where the reference lives, relative to the repository root.
 DOC_PATH = os.path.join("docs", "flags.md")
 #: Packages whose flag-defining modules are this project's (absl's own are left out).
@@ -37,7 +37,7 @@ PROJECT_PACKAGES = ("estimator_dist", "input_fns", "run_config", "model_fns", "b
 #: absl's message for a flag marked as required.
 _REQUIRED_MESSAGE = "must have a value other than None"
 #: Starts the line on which a reading process prints its flags.
-_MARKER = "estimator_dist.config.flag_reference: "
+_MARKER = "estimator_dist.flag_reference: "
 _READ_TIMEOUT_SECS = 300
 
 
@@ -80,6 +80,7 @@ PROGRAMS: Tuple[Program, ...] = (
         "The flags after `--` are those of [estimator_dist.train](#estimator_disttrain), "
         "checked once here before any task starts; with `--script` or `--module`, they are the "
         "program's own.",
+        "estimator_dist.launcher.launch_flags",
     ),
     Program(
         "estimator_dist.manifest",
@@ -135,8 +136,8 @@ def render() -> str:
         "# Flag reference",
         "",
         "Every flag of every program, generated from the flag definitions by "
-        "`python -m estimator_dist.config.flag_reference > docs/flags.md` (`make docs`); "
-        "`tests/estimator_dist/config/flag_reference_test.py` fails when this page is out of date, "
+        "`python -m estimator_dist.flag_reference > docs/flags.md` (`make docs`); "
+        "`tests/estimator_dist/flag_reference_test.py` fails when this page is out of date, "
         "so do not edit it by hand. `--helpfull` on any program prints its flags from the same "
         "definitions. "
         "Programs other than `estimator_dist.script` also take absl's logging flags "
@@ -203,13 +204,13 @@ def read_programs(modules: Sequence[str]) -> Dict[str, Dict[str, Any]]:
     Raises:
       RuntimeError: if a process fails or prints no description.
     """
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     env.pop("TF_CONFIG", None)
     processes = {}
     for module in modules:
         code = (
-            "from estimator_dist.config import flag_reference; "
+            "from estimator_dist import flag_reference; "
             f"flag_reference._print_flags({module!r})"
         )
         processes[module] = subprocess.Popen(
@@ -396,7 +397,7 @@ def main(argv: Sequence[str]) -> Optional[int]:
     if len(argv) > 1:
         raise app.UsageError(
             f"unexpected arguments {list(argv[1:])}; run "
-            "`python -m estimator_dist.config.flag_reference > docs/flags.md`."
+            "`python -m estimator_dist.flag_reference > docs/flags.md`."
         )
     sys.stdout.write(render())
     return 0

@@ -7,7 +7,7 @@ on them measures what a model consumes when input costs nothing.
 
 Example:
   >>> import tensorflow as tf
-  >>> features, labels = next(iter(input_fn(  # doctest: +SKIP
+  >>> features, labels = next(iter(input_fn(
   ...     tf.estimator.ModeKeys.TRAIN, None, {"batch_size": 8, "image_shape": "32x32x3"})))
   >>> features["image"].shape
   TensorShape([8, 32, 32, 3])

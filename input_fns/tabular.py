@@ -32,7 +32,7 @@ Example:
   >>> import tensorflow as tf
   >>> features, label = next(iter(input_fn(  # doctest: +SKIP
   ...     tf.estimator.ModeKeys.TRAIN, None, {"batch_size": 8, "shuffle_buffer": 0})))
-  >>> features["mean_radius"].shape, label.dtype
+  >>> features["mean_radius"].shape, label.dtype  # doctest: +SKIP
   (TensorShape([8]), tf.int32)
 """
 

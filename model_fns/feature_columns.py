@@ -248,7 +248,7 @@ def wide_columns(specs: Mapping[str, tf.TensorSpec], params: ColumnParams) -> li
       >>> specs = {"a": tf.TensorSpec([None], tf.float32),
       ...          "b": tf.TensorSpec([None], tf.string)}
       >>> [c.name for c in wide_columns(specs, ColumnParams(crosses="a*b"))]
-      ['a_bucketized', 'b', 'a_bucketized_X b']
+      ['a_bucketized', 'b', 'a_bucketized_X_b']
     """
     by_name = {}
     for name, spec in sorted(specs.items()):

@@ -25,6 +25,7 @@ LAYERS = (
     "estimator_dist.config",
     "estimator_dist.guards",
     "estimator_dist.task",
+    "estimator_dist.serving",
     "estimator_dist.programs",
     "estimator_dist.kubernetes",
     "estimator_dist.launcher",
@@ -97,8 +98,8 @@ def test_every_module_lives_in_a_room():
     top_level = {m for m in MODULES if folder(m) == "entry point"}
     assert top_level == {
         "estimator_dist",
-        *(f"estimator_dist.{name}" for name in ("check", "launch", "manifest", "predict")),
-        *(f"estimator_dist.{name}" for name in ("script", "train")),
+        *(f"estimator_dist.{name}" for name in ("check", "flag_reference", "launch", "manifest")),
+        *(f"estimator_dist.{name}" for name in ("predict", "script", "train")),
     }
 
 

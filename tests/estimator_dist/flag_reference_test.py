@@ -11,9 +11,9 @@ import pytest
 from absl import flags
 
 from estimator_dist import train
-from estimator_dist.config import flag_reference
+from estimator_dist import flag_reference
 
-ROOT = pathlib.Path(__file__).resolve().parents[3]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOC = ROOT / flag_reference.DOC_PATH
 
 

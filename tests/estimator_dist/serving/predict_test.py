@@ -16,12 +16,12 @@ import tensorflow as tf
 
 from estimator_dist.base import exit_codes
 from estimator_dist.base.errors import UsageError, UserCodeError
-from estimator_dist.predict import ENDLESS_INPUT, find_saved_model, run_predictions
+from estimator_dist.serving.predict import ENDLESS_INPUT, find_saved_model, run_predictions
 from estimator_dist.task import export
 from tests.legacy import layers_cnn, tensor_input
 from tests.procs import run_module
 
-HERE = "tests.estimator_dist.predict_test"
+HERE = "tests.estimator_dist.serving.predict_test"
 #: How the input functions below were called: (mode, eager, has a global step, params).
 CALLS = []
 
