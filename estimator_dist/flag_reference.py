@@ -209,10 +209,7 @@ def read_programs(modules: Sequence[str]) -> Dict[str, Dict[str, Any]]:
     env.pop("TF_CONFIG", None)
     processes = {}
     for module in modules:
-        code = (
-            "from estimator_dist import flag_reference; "
-            f"flag_reference._print_flags({module!r})"
-        )
+        code = f"from estimator_dist import flag_reference; flag_reference._print_flags({module!r})"
         processes[module] = subprocess.Popen(
             [sys.executable, "-c", code],
             cwd=root,

@@ -250,7 +250,10 @@ class Launcher:
 
     @staticmethod
     def _repeats_the_chief(task: Task, shown: str) -> bool:
-        """Whether `shown` is a worker's line the chief's says for the job (progress, first step)."""
+        """Whether `shown` is a worker's line that the chief's says for the job.
+
+        Its progress line and its first step; a lagging worker gets a line of its own.
+        """
         repeats = console.REPEATS_THE_CHIEF.match(shown) is not None
         return task.config.task_type == WORKER and repeats
 

@@ -10,8 +10,7 @@ import pathlib
 import pytest
 from absl import flags
 
-from estimator_dist import train
-from estimator_dist import flag_reference
+from estimator_dist import flag_reference, train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOC = ROOT / flag_reference.DOC_PATH
