@@ -1,5 +1,10 @@
 """Shared fixtures, and the check that keeps `make test-fast` free of processes.
 
+`shared_run` lets one end-to-end job serve several tests that assert different
+things about it: the first test that asks for a scenario runs it, the others
+read its result (or fail with its error). The set-ups themselves (clusters of
+tasks on free ports, waiting for a step or a checkpoint) are in `tests/procs.py`.
+
 A test that starts a Python process (a task, the launcher, any entry point)
 must carry the `multiprocess` mark, on the test or as the module's
 `pytestmark`: `make test-fast` (`pytest -m "not multiprocess"`) leaves those
@@ -9,6 +14,7 @@ out. An unmarked test that starts one fails at once, saying so.
 import os
 import subprocess
 import sys
+from typing import Any, Callable, Dict, Hashable, Tuple
 
 import pytest
 
@@ -24,6 +30,31 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = str(tmp_path_factory.mktemp("tfds"))
     digits.prepare({"data_dir": path})
     return path
+
+
+@pytest.fixture(scope="session")
+def shared_run() -> Callable[[Hashable, Callable[[], Any]], Any]:
+    """`shared_run(key, run)`: `run()` the first time `key` is asked for, its result after.
+
+    For a scenario (a cluster started, faulted, waited for) whose outcome several tests
+    check, each its own point. A run that failed (a timeout, a task that did not start)
+    fails every test that asks for it, with the same message; a skip is not kept, so each
+    test skips for itself. Every test still makes its own assertions on the result.
+    """
+    done: Dict[Hashable, Tuple[Any, BaseException]] = {}
+
+    def get(key: Hashable, run: Callable[[], Any]) -> Any:
+        if key not in done:
+            try:
+                done[key] = (run(), None)
+            except Exception as error:  # re-raised below, in every test that asks
+                done[key] = (None, error)
+        result, error = done[key]
+        if error is not None:
+            raise AssertionError(f"the shared run {key!r} failed: {error}") from error
+        return result
+
+    return get
 
 
 @pytest.fixture(autouse=True)

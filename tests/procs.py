@@ -7,11 +7,19 @@ found under `model_dir/logs`, so a red test shows what each worker said.
 Every failure message states its cause on its first line, then only the last
 `TAIL_LINES` lines of each task (`report`): a CI log cut short, or pytest's
 one-line summary, still says why the test failed.
+
+The end-to-end set-ups the tests share are here too: a cluster of tasks on free
+loopback ports started by hand (`local_cluster`, `tasks`), waiting for a
+training step or a checkpoint instead of sleeping (`wait_for_step`,
+`wait_for_checkpoint`), the pids a launcher started and whether they still run
+(`started_pids`, `alive`), and what the checkpoints hold (`checkpoint_step`,
+`read_every_checkpoint`).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import glob
 import json
@@ -23,13 +31,17 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Union
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Lines of each task's output that a failure message shows: the last ones, where the cause is.
 TAIL_LINES = 60
 #: A launcher's line of a task's output: `[chief] ...`, `[worker-0] ...`, `[launcher] ...`.
 _TASK_LINE = re.compile(r"^\[([a-z]+(?:-\d+)?)\] ")
+#: A task's own log line of a training step (`loss = ..., step = N`), group 1 the step.
+TASK_STEP_LINE = r"^I.*\] loss = .*step = (\d+)"
+#: The same line of the chief as a launcher shows it.
+CHIEF_STEP_LINE = r"^\[chief\] .*\] loss = .*step = (\d+)"
 
 
 def tail(text: str, lines: int = TAIL_LINES) -> str:
@@ -318,3 +330,152 @@ class Background:
     def __exit__(self, *exc_info: object) -> None:
         _kill_group(self.process.pid)
         self.process.wait()
+
+
+# --- clusters of tasks started by hand ------------------------------------------
+
+
+def free_ports(count: int) -> list:
+    """`count` loopback ports that nobody listens on now."""
+    import portpicker
+
+    return [portpicker.pick_unused_port() for _ in range(count)]
+
+
+def local_cluster(num_workers: int, num_ps: int = 0, evaluator: bool = False) -> Any:
+    """A chief + workers (+ ps, + evaluator) `LocalCluster` on free loopback ports."""
+    from estimator_dist.base.cluster import make_local_cluster
+
+    ports = free_ports(num_workers + num_ps)
+    return make_local_cluster(num_workers, ports=ports, num_ps=num_ps, evaluator=evaluator)
+
+
+def local_tf_configs(num_workers: int) -> dict:
+    """TF_CONFIG of each task of a chief + workers cluster on free loopback ports, by role."""
+    return local_cluster(num_workers).tf_configs()
+
+
+@contextlib.contextmanager
+def tasks(
+    environments: Mapping[str, Union[str, Mapping[str, str]]],
+    args: Sequence[str],
+    prefixes: Optional[Mapping[str, Sequence[str]]] = None,
+    module: str = "estimator_dist.train",
+) -> Iterator[Dict[str, Background]]:
+    """Starts one `python -m module args...` per task; kills every process group on exit.
+
+    Args:
+      environments: Task name to its TF_CONFIG, or to its extra environment variables.
+      args: The command line of every task.
+      prefixes: Task name to a command to run it under (`ip netns exec NAME`).
+      module: The entry point.
+
+    Yields:
+      Task name to its `Background`, in the order of `environments`.
+    """
+    with contextlib.ExitStack() as stack:
+        yield {
+            name: stack.enter_context(
+                Background(
+                    module,
+                    args,
+                    env={"TF_CONFIG": env} if isinstance(env, str) else dict(env),
+                    prefix=(prefixes or {}).get(name, ()),
+                )
+            )
+            for name, env in environments.items()
+        }
+
+
+def all_output(processes: Mapping[str, Background]) -> str:
+    """Every task's output so far, each under a header."""
+    return "\n".join(f"===== {name} =====\n{p.output}" for name, p in processes.items())
+
+
+def wait_all(processes: Mapping[str, Background], names: Sequence[str], timeout: float) -> dict:
+    """Waits for the tasks `names` to exit; returns their exit codes, by name."""
+    return {name: processes[name].wait(timeout=timeout) for name in names}
+
+
+def wait_for_step(
+    process: Background, step: int, timeout: float, pattern: str = TASK_STEP_LINE
+) -> int:
+    """Waits for a training log line of step N >= `step` (group 1 of `pattern`); returns N."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = int(process.wait_for_line(pattern, deadline - time.monotonic()).group(1))
+        if found >= step:
+            return found
+
+
+def wait_for_log_line(path: Union[str, os.PathLike], pattern: str, timeout: float) -> str:
+    """Waits for a line matching `pattern` in a task's log file (`model_dir/logs/<task>.log`).
+
+    For what the launcher keeps off its console, such as a worker's progress lines.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        if os.path.exists(path):
+            with open(path) as stream:
+                for line in stream:
+                    if re.search(pattern, line):
+                        return line
+        assert time.monotonic() < deadline, f"no line matching {pattern!r} in {path} in {timeout} s"
+        time.sleep(0.1)
+
+
+# --- what a launcher started, and what is left --------------------------------------
+
+
+def started_pids(output: str, name: str = r"\S+") -> list:
+    """The pids of the tasks a launcher said it started (`started NAME (pid N)`), in order."""
+    return [int(pid) for pid in re.findall(rf"started {name} \(pid (\d+)\)", output)]
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, which nobody here may reap, counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stream:
+            return stream.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+# --- checkpoints ------------------------------------------------------------------
+
+
+def checkpoint_step(model_dir: str) -> int:
+    """The global step of the latest checkpoint in `model_dir`, read from the checkpoint."""
+    import tensorflow as tf
+
+    return int(tf.train.load_checkpoint(str(model_dir)).get_tensor("global_step"))
+
+
+def wait_for_checkpoint(directory: str, step: int, timeout: float) -> str:
+    """Waits for a whole checkpoint of `step` or later in `directory`; returns its path.
+
+    Saver lists a checkpoint before it writes its .meta file, which comes last.
+    """
+    import tensorflow as tf
+
+    deadline = time.monotonic() + timeout
+    while True:
+        latest = tf.train.latest_checkpoint(directory)
+        if latest and int(latest.rsplit("-", 1)[1]) >= step and os.path.exists(f"{latest}.meta"):
+            return latest
+        assert time.monotonic() < deadline, f"no checkpoint of step {step} in {timeout} s"
+        time.sleep(0.05)
+
+
+def read_every_checkpoint(directory: str) -> list:
+    """Reads every tensor of every checkpoint the checkpoint list names; returns their steps."""
+    import tensorflow as tf
+
+    state = tf.train.get_checkpoint_state(directory)
+    steps = []
+    for listed in state.all_model_checkpoint_paths:
+        reader = tf.train.load_checkpoint(os.path.join(directory, os.path.basename(listed)))
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+        steps.append(int(reader.get_tensor("global_step")))
+    return steps

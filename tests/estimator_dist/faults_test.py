@@ -3,7 +3,9 @@
 Tasks started by hand (each with its own TF_CONFIG) show what one task does
 on its own; jobs under the launcher show the whole-cluster restart. Every
 process runs in its own process group, bounded by a timeout, and is killed
-when the test ends whatever happens.
+when the test ends whatever happens. Where tests check different things about
+one scenario, one run serves them (`shared_run` in tests/conftest.py): the
+duplicated-then-killed job, and each preemption (the resume test continues one).
 """
 
 import contextlib
@@ -17,18 +19,31 @@ import socket
 import subprocess
 import time
 
-import portpicker
 import pytest
 import tensorflow as tf
 
 from estimator_dist.base import exit_codes
 from estimator_dist.base.cluster import CHIEF, WORKER, ClusterConfig, make_local_cluster
-from tests.procs import Background, by_task, measured, report
+from tests.procs import (
+    CHIEF_STEP_LINE,
+    Background,
+    all_output,
+    by_task,
+    free_ports,
+    local_tf_configs,
+    measured,
+    read_every_checkpoint,
+    report,
+    started_pids,
+    tasks,
+    wait_for_checkpoint,
+    wait_for_step,
+)
 from tests.tfjob_operator import go_json
 
 pytestmark = pytest.mark.multiprocess
 
-STEP_LINE = r"^\[chief\] .*\] loss = .*step = (\d+)"
+STEP_LINE = CHIEF_STEP_LINE
 
 
 def task_args(model_dir, data_dir, *extra):
@@ -42,61 +57,52 @@ def task_args(model_dir, data_dir, *extra):
     ]
 
 
-def free_ports(count):
-    return [portpicker.pick_unused_port() for _ in range(count)]
+#: The collective timeout of the job whose worker is duplicated, then killed.
+PEER_TIMEOUT = 10
 
 
-def local_tf_configs(num_workers):
-    """TF_CONFIG of each task of a chief + workers cluster on free loopback ports, by role."""
-    return make_local_cluster(num_workers, free_ports(num_workers)).tf_configs()
-
-
-@contextlib.contextmanager
-def tasks(configs, args, prefixes=None):
-    """Starts one `estimator_dist.train` per (role, TF_CONFIG); kills them all on exit."""
-    with contextlib.ExitStack() as stack:
-        yield {
-            role: stack.enter_context(
-                Background(
-                    "estimator_dist.train",
-                    args,
-                    env={"TF_CONFIG": config},
-                    prefix=(prefixes or {}).get(role, ()),
-                )
-            )
-            for role, config in configs.items()
-        }
-
-
-def all_output(processes):
-    return "\n".join(f"===== {role} =====\n{p.output}" for role, p in processes.items())
-
-
-def wait_for_step(process, step, timeout, pattern=r"^I.*\] loss = .*step = (\d+)"):
-    """Waits for a training log line of step N >= step; returns N."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = int(process.wait_for_line(pattern, deadline - time.monotonic()).group(1))
-        if found >= step:
-            return found
-
-
-@pytest.mark.timeout(300)
-def test_survivor_exits_soon_after_a_peer_is_killed(tmp_path, data_dir):
-    timeout = 10
+def duplicated_then_killed(model_dir, data_dir):
+    """One 2-task job serving two tests: a duplicate of worker-0 is started once worker-0 ran
+    its first step (it must fail on its port, leaving the job alone), then the job trains on
+    to step 50 and worker-0 is SIGKILLed (the chief must exit 150 soon after)."""
     configs = local_tf_configs(2)
-    args = task_args(tmp_path, data_dir, "--train_steps=100000", f"--collective_timeout={timeout}")
+    args = task_args(
+        model_dir, data_dir, "--train_steps=100000", f"--collective_timeout={PEER_TIMEOUT}"
+    )
     with tasks(configs, args) as procs:
+        procs["worker-0"].wait_for_line("ran its first step", 120)
+        with tasks({"worker-0": configs["worker-0"]}, args) as duplicate:
+            try:
+                duplicate_code = duplicate["worker-0"].wait(timeout=60)
+            except AssertionError:  # still running: killed here, failed by its own test
+                duplicate_code = None
         wait_for_step(procs["chief-0"], 50, 120)
         procs["worker-0"].process.send_signal(signal.SIGKILL)
         killed = time.monotonic()
-        code = procs["chief-0"].wait(timeout=timeout + 60)
+        code = procs["chief-0"].wait(timeout=PEER_TIMEOUT + 60)
         elapsed = time.monotonic() - killed
+    return dict(
+        procs=procs, code=code, elapsed=elapsed, duplicate=duplicate, duplicate_code=duplicate_code
+    )
+
+
+@pytest.fixture(scope="module")
+def duplicated_job(shared_run, tmp_path_factory, data_dir):
+    return shared_run(
+        "faults: duplicated, then killed",
+        lambda: duplicated_then_killed(tmp_path_factory.mktemp("duplicated"), data_dir),
+    )
+
+
+@pytest.mark.timeout(300)
+def test_survivor_exits_soon_after_a_peer_is_killed(duplicated_job):
+    procs, code, elapsed = (duplicated_job[key] for key in ("procs", "code", "elapsed"))
     output = all_output(procs)
     print(f"survivor exited {elapsed:.1f} s after its peer was killed")
     assert code == exit_codes.PEER_FAILURE, report(f"chief-0 exited {code}, expected 150", procs)
-    assert elapsed <= timeout + 15, report(
-        f"chief-0 exited {elapsed:.1f} s after its peer was killed, expected <= {timeout + 15}",
+    assert elapsed <= PEER_TIMEOUT + 15, report(
+        f"chief-0 exited {elapsed:.1f} s after its peer was killed, "
+        f"expected <= {PEER_TIMEOUT + 15}",
         procs,
     )
     assert "estimator_dist: task chief-0 failed (exit 150)" in output, report(
@@ -105,15 +111,28 @@ def test_survivor_exits_soon_after_a_peer_is_killed(tmp_path, data_dir):
     assert "peer worker-0" in output, report("chief-0's failure names no peer worker-0", procs)
 
 
-# One seeded job with three kills: restarts are what costs time, not seeds.
-KILLS = 3
+@pytest.mark.timeout(300)
+def test_duplicate_task_index_fails_fast(duplicated_job):
+    duplicate, code = duplicated_job["duplicate"], duplicated_job["duplicate_code"]
+    output = duplicate["worker-0"].output
+    assert code == exit_codes.PORT_IN_USE, report(
+        f"the duplicate exited {code} (None: still running after 60 s), expected 154", duplicate
+    )
+    assert "a second task started with the same task index" in output, report(
+        "the duplicate did not say a second task has its index", duplicate
+    )
+
+
+# One seeded job with two kills: a restart after a restart is what the second proves; a
+# third would prove nothing more, and restarts are what costs time, not seeds.
+KILLS = 2
 
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("seed", [7])
 def test_seeded_kills_under_the_launcher_end_at_exactly_max_steps(tmp_path, data_dir, seed):
     rng = random.Random(seed)
-    steps = 400
+    steps = 300
     args = [
         "--num_workers=2",
         "--max_restarts=3",
@@ -127,9 +146,7 @@ def test_seeded_kills_under_the_launcher_end_at_exactly_max_steps(tmp_path, data
         for _ in range(KILLS):
             wait_for_step(launcher, target, 180, STEP_LINE)
             victim = rng.choice(["chief", "worker-0"])
-            pid = [int(p) for p in re.findall(rf"started {victim} \(pid (\d+)\)", launcher.output)][
-                -1
-            ]
+            pid = started_pids(launcher.output, victim)[-1]
             os.kill(pid, signal.SIGKILL)
             target = min(steps - 20, target + rng.randint(60, 120))
         code = launcher.wait(timeout=300)
@@ -198,20 +215,12 @@ def test_kill_during_checkpoint_save_leaves_a_loadable_checkpoint(tmp_path, data
         reader.get_tensor(name)
     step = int(reader.get_tensor("global_step"))
 
-    run = Background(
-        "estimator_dist.launch",
-        [
-            "--num_workers=2",
-            "--noevaluator",
-            "--timeout_secs=200",
-            "--",
-            *task_args(tmp_path, data_dir, f"--train_steps={step + 30}"),
-        ],
-    )
-    with run:
-        code = run.wait(timeout=240)
-    assert code == 0, report(
-        f"the job resumed from step {step} exited {code}, expected 0", run.output
+    # Resumed as the killed job ran, tasks started by hand (a launcher would add nothing here).
+    resumed = task_args(tmp_path, data_dir, f"--train_steps={step + 30}")
+    with tasks(local_tf_configs(2), resumed) as procs:
+        codes = {role: p.wait(timeout=240) for role, p in procs.items()}
+    assert codes == {"chief-0": 0, "worker-0": 0}, report(
+        f"the job resumed from step {step} exited {codes}, expected 0", procs
     )
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith(f"model.ckpt-{step + 30}")
 
@@ -241,6 +250,7 @@ def test_worker_that_never_starts_is_named(tmp_path, data_dir):
 def test_worker_whose_input_runs_out_fails_the_job(tmp_path, data_dir):
     args = [
         "--num_workers=2",
+        "--noevaluator",  # no part in it: the training tasks fail
         "--max_restarts=1",
         "--grace_secs=3",
         "--timeout_secs=300",
@@ -305,19 +315,22 @@ PREEMPTIONS = {
 }
 
 
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("case", sorted(PREEMPTIONS))
-def test_a_signal_stops_every_task_at_one_checkpointed_step(tmp_path, data_dir, case):
+def preemption_args(model_dir, data_dir):
     # As a platform runs it: tasks started with TF_CONFIG, no launcher, checkpoints far apart.
-    signalled, signum, make_configs = PREEMPTIONS[case]
-    configs = make_configs(2)
-    args = task_args(
-        tmp_path,
+    return task_args(
+        model_dir,
         data_dir,
-        "--train_steps=100000",
         "--save_checkpoints_steps=1000000",
         "--eval_distribution_strategy=off",
     )
+
+
+def preempt(case, model_dir, data_dir):
+    """Starts a 2-task job, signals it as `PREEMPTIONS[case]` says once the chief logged step
+    100, waits for every task to exit; returns what the tests check."""
+    signalled, signum, make_configs = PREEMPTIONS[case]
+    configs = make_configs(2)
+    args = [*preemption_args(model_dir, data_dir), "--train_steps=100000"]
     with tasks(configs, args) as procs:
         logged = wait_for_step(procs["chief-0"], 100, 120)
         for role in signalled:
@@ -325,6 +338,32 @@ def test_a_signal_stops_every_task_at_one_checkpointed_step(tmp_path, data_dir, 
         sent = time.monotonic()
         codes = {role: p.wait(timeout=60) for role, p in procs.items()}
         elapsed = time.monotonic() - sent
+    return dict(procs=procs, configs=configs, logged=logged, codes=codes, elapsed=elapsed)
+
+
+@pytest.fixture(scope="module")
+def preempted(shared_run, tmp_path_factory, data_dir):
+    """`preempted(case)`: the outcome of `preempt(case)`, run once for the module, and the
+    model_dir it trained in."""
+
+    def get(case):
+        def run():
+            model_dir = tmp_path_factory.mktemp(case)
+            return dict(preempt(case, model_dir, data_dir), model_dir=model_dir)
+
+        return shared_run(("faults: preempted", case), run)
+
+    return get
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("case", sorted(PREEMPTIONS))
+def test_a_signal_stops_every_task_at_one_checkpointed_step(preempted, case):
+    signalled, signum, make_configs = PREEMPTIONS[case]
+    job = preempted(case)
+    procs, configs, logged, codes, elapsed, tmp_path = (
+        job[key] for key in ("procs", "configs", "logged", "codes", "elapsed", "model_dir")
+    )
     output = all_output(procs)
     stopped = re.search(r"every task stops at global step (\d+)", output)
     assert stopped, report(f"exit codes {codes}; no task named the step every task stops at", procs)
@@ -371,15 +410,20 @@ def test_a_signal_stops_every_task_at_one_checkpointed_step(tmp_path, data_dir, 
             )
 
 
+#: The preemption the resume test continues from: SIGTERM to worker-0, which a scheduler
+#: evicting one pod sends.
+RESUMED = "sigterm-worker-tfjob"
+
+
 @pytest.mark.timeout(480)
-def test_a_preempted_job_resumes_from_its_stop_step_and_loses_none(tmp_path, data_dir):
-    configs = local_tf_configs(2)
-    args = task_args(tmp_path, data_dir, "--save_checkpoints_steps=1000000")
-    with tasks(configs, [*args, "--train_steps=100000"]) as procs:
-        wait_for_step(procs["chief-0"], 50, 120)
-        procs["worker-0"].process.send_signal(signal.SIGTERM)
-        code = procs["chief-0"].wait(timeout=60)
-        assert code == exit_codes.PREEMPTED, report(f"chief-0 exited {code}, expected 155", procs)
+def test_a_preempted_job_resumes_from_its_stop_step_and_loses_none(preempted, data_dir):
+    # Continues the job that test_a_signal_stops_every_task_at_one_checkpointed_step[RESUMED]
+    # stopped (run once for both; that test checks how it stopped).
+    job = preempted(RESUMED)
+    procs, tmp_path = job["procs"], job["model_dir"]
+    code = job["codes"]["chief-0"]
+    assert code == exit_codes.PREEMPTED, report(f"chief-0 exited {code}, expected 155", procs)
+    args = preemption_args(tmp_path, data_dir)
     stop = int(re.search(r"every task stops at global step (\d+)", procs["chief-0"].output)[1])
     saved = int(tf.train.load_checkpoint(str(tmp_path)).get_tensor("global_step"))
     # Restarted with the same ports taken anew, as a scheduler would: the first step it runs is
@@ -479,23 +523,6 @@ def test_tasks_with_different_cluster_lists_fail_with_a_diff(tmp_path, data_dir,
     assert "cluster: chief has" in output, report("no task showed how the clusters differ", procs)
 
 
-@pytest.mark.timeout(300)
-def test_duplicate_task_index_fails_fast(tmp_path, data_dir):
-    configs = local_tf_configs(2)
-    args = task_args(tmp_path, data_dir, "--train_steps=100000")
-    with tasks(configs, args) as procs:
-        procs["worker-0"].wait_for_line(exit_codes.FIRST_STEP_MARKER, 120)
-        with tasks({"worker-0": configs["worker-0"]}, args) as duplicate:
-            code = duplicate["worker-0"].wait(timeout=60)
-    output = duplicate["worker-0"].output
-    assert code == exit_codes.PORT_IN_USE, report(
-        f"the duplicate exited {code}, expected 154", duplicate
-    )
-    assert "a second task started with the same task index" in output, report(
-        "the duplicate did not say a second task has its index", duplicate
-    )
-
-
 @pytest.mark.timeout(180)
 def test_port_already_taken(tmp_path, data_dir):
     with socket.create_server(("", 0)) as taken:
@@ -518,13 +545,14 @@ def listening_ports():
 def test_launcher_ports_are_hidden_from_the_host(tmp_path, data_dir, isolated):
     args = [
         "--num_workers=2",
+        "--noevaluator",  # it listens on no port
         "--network_isolation" if isolated else "--nonetwork_isolation",
         "--",
         *task_args(tmp_path, data_dir, "--train_steps=100000"),
     ]
     with Background("estimator_dist.launch", args) as launcher:
         first = launcher.wait_for_line(r"^\[launcher\] ", 60).string
-        launcher.wait_for_line(rf"^\[chief\] .*{exit_codes.FIRST_STEP_MARKER}", 120)
+        launcher.wait_for_line(r"^\[chief\] .*ran its first step", 120)
         job_ports = {int(p) for p in re.findall(r"localhost:(\d+)", launcher.output)}
         open_ports = listening_ports()
     assert len(job_ports) == 2, report(
@@ -590,7 +618,7 @@ def test_network_partition_between_hosts(tmp_path, data_dir, outage):
     """A partition longer than the collective timeout fails both tasks; a short one heals."""
     timeout = 10
     with two_hosts() as (namespaces, link):
-        port = portpicker.pick_unused_port()
+        (port,) = free_ports(1)
         jobs = {CHIEF: [f"10.213.7.1:{port}"], WORKER: [f"10.213.7.2:{port}"]}
         configs = {
             c.role: c.to_json() for c in (ClusterConfig(jobs, CHIEF), ClusterConfig(jobs, WORKER))
@@ -663,11 +691,6 @@ def test_transient_error_on_one_worker_fails_the_job_instead_of_diverging(tmp_pa
 # --- a frozen task, and a model_dir that refuses writes ------------------------------
 
 
-def launched_pid(output, name):
-    """The pid of the last `name` task the launcher started."""
-    return [int(p) for p in re.findall(rf"started {name} \(pid (\d+)\)", output)][-1]
-
-
 @pytest.mark.timeout(720)
 def test_frozen_worker_is_detected_within_the_stall_timeout_and_the_job_recovers(
     tmp_path, data_dir
@@ -691,7 +714,7 @@ def test_frozen_worker_is_detected_within_the_stall_timeout_and_the_job_recovers
     ]
     with Background("estimator_dist.launch", args) as launcher:
         wait_for_step(launcher, 100, 180, STEP_LINE)
-        frozen = launched_pid(launcher.output, "worker-0")
+        frozen = started_pids(launcher.output, "worker-0")[-1]
         os.kill(frozen, signal.SIGSTOP)
         stopped = time.monotonic()
         launcher.wait_for_line(r"^\[chief\] estimator_dist: task chief-0 failed \(exit 152\)", 120)
@@ -744,32 +767,6 @@ def mount_namespace_prefix(directory, size_mib):
     )
     # unshare makes the new namespace's mounts private: none propagates to the host.
     return ("unshare", "--mount", "sh", "-c", script, str(directory))
-
-
-def wait_for_checkpoint(directory, step, timeout):
-    """Waits for a whole checkpoint of `step` or later; returns its path.
-
-    Saver lists a checkpoint before it writes its .meta file, which comes last.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        latest = tf.train.latest_checkpoint(directory)
-        if latest and int(latest.rsplit("-", 1)[1]) >= step and os.path.exists(f"{latest}.meta"):
-            return latest
-        assert time.monotonic() < deadline, f"no checkpoint of step {step} in {timeout} s"
-        time.sleep(0.05)
-
-
-def read_every_checkpoint(directory):
-    """Reads every tensor of every checkpoint the checkpoint list names; returns their steps."""
-    state = tf.train.get_checkpoint_state(directory)
-    steps = []
-    for listed in state.all_model_checkpoint_paths:
-        reader = tf.train.load_checkpoint(os.path.join(directory, os.path.basename(listed)))
-        for name in reader.get_variable_to_shape_map():
-            reader.get_tensor(name)
-        steps.append(int(reader.get_tensor("global_step")))
-    return steps
 
 
 def read_logs(directory):

@@ -43,11 +43,9 @@ a parameter-server job under the launcher (launch_test.py), SIGTERM on tasks
 started by hand (faults_test.py, preemption_test.py).
 """
 
-import contextlib
 import json
 import os
 
-import portpicker
 import pytest
 import tensorflow as tf
 from tensorflow.python.distribute import distribute_coordinator, estimator_training
@@ -55,7 +53,7 @@ from tensorflow.python.distribute import distribute_coordinator, estimator_train
 from estimator_dist.base.cluster import parse_tf_config
 from run_config.run_config import RunConfigOptions, make_run_config
 from run_config.strategies import StrategyConfig, make_strategies
-from tests.procs import Background, report
+from tests.procs import checkpoint_step, free_ports, report, tasks, wait_all
 
 VERTEX_JOB = json.dumps(
     {"python_module": "", "package_uris": [], "job_args": []}, separators=(",", ":")
@@ -316,27 +314,13 @@ def train_args(model_dir, data_dir, *extra):
     ]
 
 
-@contextlib.contextmanager
-def tasks(environments, args):
-    """One `estimator_dist.train` per task name, each with its own environment; all killed after."""
-    with contextlib.ExitStack() as stack:
-        yield {
-            name: stack.enter_context(Background("estimator_dist.train", args, env=env))
-            for name, env in environments.items()
-        }
-
-
-def wait_all(procs, names):
-    codes = {name: procs[name].wait(timeout=TIMEOUT) for name in names}
+def all_exit_0(procs, names):
+    codes = wait_all(procs, names, TIMEOUT)
     assert codes == {name: 0 for name in names}, report(f"exit codes {codes}, expected 0", procs)
 
 
-def checkpoint_step(model_dir):
-    return int(tf.train.load_checkpoint(str(model_dir)).get_tensor("global_step"))
-
-
 def local(count):
-    return [f"localhost:{portpicker.pick_unused_port()}" for _ in range(count)]
+    return [f"localhost:{port}" for port in free_ports(count)]
 
 
 @pytest.mark.multiprocess
@@ -355,7 +339,7 @@ def test_sagemaker_multi_worker_mirrored_job_of_two_workers(tmp_path, data_dir):
         for index, host in enumerate(hosts)
     }
     with tasks(environments, train_args(tmp_path, data_dir)) as procs:
-        wait_all(procs, hosts)
+        all_exit_0(procs, hosts)
     assert checkpoint_step(tmp_path) == STEPS, report("final checkpoint step", procs)
     record = json.load(open(os.path.join(tmp_path, "run_record.json")))
     assert (record["role"], record["num_workers"], record["num_replicas"]) == ("chief-0", 2, 2)
@@ -384,7 +368,7 @@ def test_vertex_chief_worker_and_evaluator_job(tmp_path, data_dir):
         for role in roles
     }
     with tasks(environments, train_args(tmp_path, data_dir)) as procs:
-        wait_all(procs, roles)
+        all_exit_0(procs, roles)
     assert checkpoint_step(tmp_path) == STEPS, report("final checkpoint step", procs)
     final = json.load(open(os.path.join(tmp_path, "eval_metrics.json")))
     assert final["final"] and final["metrics"]["global_step"] == STEPS, report(f"{final}", procs)
@@ -408,7 +392,7 @@ def test_sagemaker_parameter_server_shape_with_every_task_running_the_package(tm
     }
     args = train_args(tmp_path, data_dir, "--distribution_strategy=parameter_server")
     with tasks(environments, args) as procs:
-        wait_all(procs, ["master", "worker"])
+        all_exit_0(procs, ["master", "worker"])
         serving = {name: procs[name].process.poll() for name in ("ps0", "ps1")}
         for name in ("ps0", "ps1"):
             procs[name].wait_for_line(r"TF_CONFIG: renamed job 'master' to 'chief'", 10)

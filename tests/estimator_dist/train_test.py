@@ -1,4 +1,13 @@
-"""The `estimator_dist.train` entry point, run as a real subprocess."""
+"""The `estimator_dist.train` entry point: its usage errors, and runs as a real subprocess.
+
+The usage errors are checked in this process (`usage_table_test.usage_error_in_process`:
+main's stages up to the pre-flight, through `usage_exit`), each with its own message.
+End to end, as a subprocess, run: training in one process, a missing --model_dir, an
+unknown model_fn (a usage error the driver finds, turned into exit 2 by main), a
+strategy that does not fit the cluster (found after the pre-flight, on a task of a
+cluster) and a repeating evaluation of tensors; `usage_table_test` runs a malformed
+TF_CONFIG, a bad flag value and a positional argument end to end.
+"""
 
 import json
 import os
@@ -7,9 +16,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.estimator_dist.usage_table_test import usage_error_in_process
 from tests.procs import run_module
 
-pytestmark = pytest.mark.multiprocess
+multiprocess = pytest.mark.multiprocess
 
 TIMEOUT = 180
 
@@ -21,6 +31,18 @@ def train(tmp_path, args, env=None, check=False):
     )
 
 
+def assert_refused_in_process(capsys, tmp_path, args, fragments, tf_config=None):
+    code, output, model_dir = usage_error_in_process(
+        capsys, tmp_path, args, tf_config, preflight=True
+    )
+    assert code == 2, (code, output)
+    assert "estimator_dist.train: error: " in output
+    for fragment in fragments:
+        assert fragment in output, output
+    assert "Traceback" not in output
+    assert not os.path.exists(model_dir), "a usage error must write nothing to model_dir"
+
+
 def assert_usage_error(run, *fragments):
     assert run.returncode == 2, run.describe()
     assert "estimator_dist.train: error: " in run.output
@@ -30,6 +52,7 @@ def assert_usage_error(run, *fragments):
     assert not os.path.exists(run.model_dir), "a usage error must write nothing to model_dir"
 
 
+@multiprocess
 def test_single_process_without_tf_config(tmp_path, data_dir):
     run = train(
         tmp_path,
@@ -45,9 +68,9 @@ def test_single_process_without_tf_config(tmp_path, data_dir):
     assert tf.train.latest_checkpoint(run.model_dir).endswith("model.ckpt-100")
 
 
-def test_bogus_communication_exits_2(tmp_path):
-    run = train(tmp_path, ["--communication=BOGUS"])
-    assert_usage_error(run, "--communication=BOGUS", "AUTO", "RING", "NCCL", "Fix the flag")
+def test_bogus_communication_exits_2(capsys, tmp_path):
+    fragments = ["--communication=BOGUS", "AUTO", "RING", "NCCL", "Fix the flag"]
+    assert_refused_in_process(capsys, tmp_path, ["--communication=BOGUS"], fragments)
 
 
 @pytest.mark.parametrize(
@@ -69,15 +92,27 @@ def test_bogus_communication_exits_2(tmp_path):
         ),
     ],
 )
-def test_malformed_tf_config_exits_2(tmp_path, tf_config, fragment):
-    run = train(tmp_path, [], env={"TF_CONFIG": tf_config})
-    assert_usage_error(run, "Invalid TF_CONFIG", fragment, "TF_CONFIG environment variable")
+def test_malformed_tf_config_exits_2(capsys, tmp_path, tf_config, fragment):
+    fragments = ["Invalid TF_CONFIG", fragment, "TF_CONFIG environment variable"]
+    assert_refused_in_process(capsys, tmp_path, [], fragments, tf_config=tf_config)
+
+
+#: Refused by the driver, found by this case end to end (the others: in this process).
+UNKNOWN_MODEL_FN = (
+    ["--model_fn=nope"],
+    ["Unknown model_fn 'nope'", "mnist_cnn", "package.module:function"],
+)
+#: Refused where the task builds its strategies for the cluster, after the pre-flight.
+MIRRORED_ON_A_CLUSTER = (
+    ["--distribution_strategy=mirrored"],
+    ["trains in one process", "2 workers"],
+)
 
 
 @pytest.mark.parametrize(
     "args, fragments",
     [
-        (["--model_fn=nope"], ["Unknown model_fn 'nope'", "mnist_cnn", "package.module:function"]),
+        UNKNOWN_MODEL_FN,
         (["--input_fn=no.such.module:fn"], ["Cannot import module 'no.such.module'"]),
         (["--params=optimizer=rmsprop"], ["optimizer 'rmsprop' is unknown"]),
         (["--params=lerning_rate=0.1"], ["Unknown parameter(s) lerning_rate"]),
@@ -89,8 +124,7 @@ def test_malformed_tf_config_exits_2(tmp_path, tf_config, fragment):
         ),
         (["--train_steps=0"], ["--train_steps"]),
         (["--input_fn=mnist"], ["tfds build mnist"]),
-        (["stray"], ["unexpected positional arguments ['stray']"]),
-        (["--distribution_strategy=mirrored"], ["trains in one process", "2 workers"]),
+        # A positional argument, main's own check: usage_table_test's subprocess case.
         (["--params=gradient_accumulation_steps=2"], ["use --gradient_accumulation_steps"]),
         (
             ["--gradient_accumulation_steps=2", "--keras_model=mnist_cnn"],
@@ -122,9 +156,16 @@ def test_malformed_tf_config_exits_2(tmp_path, tf_config, fragment):
         ),
     ],
 )
-def test_fail_with_bad_flags(tmp_path, data_dir, args, fragments):
+@pytest.mark.slow  # the pre-flight builds each case's model in this process: about a second
+def test_fail_with_bad_flags(capsys, tmp_path, data_dir, args, fragments):
+    assert_refused_in_process(capsys, tmp_path, [f"--data_dir={data_dir}", *args], fragments)
+
+
+@multiprocess
+@pytest.mark.parametrize("args, fragments", [UNKNOWN_MODEL_FN, MIRRORED_ON_A_CLUSTER])
+def test_fail_with_bad_flags_end_to_end(tmp_path, data_dir, args, fragments):
     env = None
-    if args == ["--distribution_strategy=mirrored"]:
+    if args == MIRRORED_ON_A_CLUSTER[0]:
         env = {
             "TF_CONFIG": json.dumps(
                 {
@@ -137,6 +178,7 @@ def test_fail_with_bad_flags(tmp_path, data_dir, args, fragments):
     assert_usage_error(run, *fragments)
 
 
+@multiprocess
 def test_missing_model_dir_exits_2():
     run = run_module("estimator_dist.train", [], TIMEOUT, check=False)
     assert run.returncode == 2
@@ -150,6 +192,7 @@ def repeating_tensor_eval_input_fn():
     return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
 
 
+@multiprocess
 @pytest.mark.timeout(TIMEOUT + 30)
 def test_an_evaluation_of_tensors_that_repeat_ends_in_a_single_process(tmp_path):
     """The TF1 shape that relied on EvalSpec(steps=100): it hung one process before."""

@@ -4,7 +4,10 @@ Every program of `tests/legacy/` is run through the package's entry points,
 its functions named by `module:attribute` flags, nothing in it changed:
 
 * one process, no TF_CONFIG (`estimator_dist.train`);
-* 2 workers and an evaluator (`estimator_dist.launch --num_workers=2 --evaluator`).
+* 2 workers and an evaluator (`estimator_dist.launch --num_workers=2 --evaluator`),
+  except the programs that only exercise a calling convention whose cluster path
+  is the same code as `bound_method`'s, which stands for them there
+  (`CONVENTION_ONLY`, with the reasoning).
 
 Each run must end with a final evaluation (`eval_metrics.json`, `final` true)
 at `global_step == train_steps`, with a metric better than chance by a
@@ -61,6 +64,7 @@ from estimator_dist.base import exit_codes
 from estimator_dist.base.files import checkpoint_step
 from estimator_dist.task.user_code import DEFAULT_EVAL_STEPS
 from tests.equivalence import TOLERANCE, checkpoint_variables, max_difference
+from tests.estimator_dist.usage_table_test import usage_error_in_process
 from tests.procs import Run, run_module
 
 pytestmark = pytest.mark.multiprocess
@@ -89,6 +93,9 @@ class Program:
         from the 2-worker run's initial weights (for weights seeded by the
         graph seed alone), not the one-process run.
       extra: More training flags.
+      cluster: Whether it also runs on 2 workers + an evaluator; False for a
+        program that only exercises a calling convention that `bound_method`'s
+        cluster run already proves (see CONVENTION_ONLY).
     """
 
     module: str
@@ -100,6 +107,7 @@ class Program:
     deterministic: bool = True
     warm_start: bool = False
     extra: Tuple[str, ...] = ()
+    cluster: bool = True
 
     steps = 100
 
@@ -165,9 +173,9 @@ PROGRAMS = {
             input_fn="DATA.train_input_fn",
             eval_input_fn="DATA.eval_input_fn",
         ),  # 0.85 to 0.87
-        Program("callable_model", "--model_fn=model_fn"),  # 0.86 to 0.87
+        Program("callable_model", "--model_fn=model_fn", cluster=False),  # 0.86 to 0.87
         Program("config_arg", "--model_fn=model_fn", bound=0.85),  # 0.96 to 0.97
-        Program("partial_inputs", "--model_fn=model_fn"),  # 0.87 to 0.89
+        Program("partial_inputs", "--model_fn=model_fn", cluster=False),  # 0.87 to 0.89
         Program(
             "keras_adam",
             "--keras_model=build",
@@ -191,7 +199,21 @@ PROGRAMS = {
         ),  # 2,910 to 3,060
     ]
 }
-DETERMINISTIC = sorted(name for name, program in PROGRAMS.items() if program.deterministic)
+#: Programs that differ from the others only in how Estimator calls their model_fn or
+#: input_fn (a callable object, functools.partial inputs). That code is the same in every
+#: role: `--model_fn`/`--input_fn` resolve `module:attribute` the same way on every task,
+#: the model_fn goes to `tf.estimator.Estimator` as it is (`preflight.model_fn_estimator`),
+#: and `user_code.bind_input_fn` returns a Dataset the same way with or without a strategy
+#: (only tensors, as `tensor_input`, `layers_cnn` and `pandas_frames` return, take the
+#: strategy's own branch, so those keep their cluster runs; so does `config_arg`, whose
+#: hook is the chief's only). They run in one process; `bound_method` (a bound method as
+#: model_fn and as both input_fns) is the representative that also runs on 2 workers +
+#: an evaluator and is held to 1 worker's weights.
+CONVENTION_ONLY = sorted(name for name, program in PROGRAMS.items() if not program.cluster)
+ON_A_CLUSTER = sorted(name for name, program in PROGRAMS.items() if program.cluster)
+DETERMINISTIC = sorted(
+    name for name, program in PROGRAMS.items() if program.deterministic and program.cluster
+)
 #: v1 canned estimators default to `loss_reduction=SUM`: TensorFlow does not divide a
 #: summed loss by N, and N unsharded workers sum N copies of the batch.
 SUMMED_LOSS = "wide_deep_census"
@@ -357,7 +379,7 @@ def test_runs_unchanged_in_one_process(name, runs):
     _check_inputs_recorded(run, program)
 
 
-@pytest.mark.parametrize("name", sorted(PROGRAMS))
+@pytest.mark.parametrize("name", ON_A_CLUSTER)
 def test_runs_unchanged_on_two_workers_and_an_evaluator(name, runs):
     program = PROGRAMS[name]
     run = runs(name, "two")
@@ -394,16 +416,23 @@ def test_an_evaluation_input_that_repeats_reads_eval_spec_default_batches(name, 
     assert f"reads at most {DEFAULT_EVAL_STEPS} batches" in logged, run.describe()
 
 
-def test_an_unbound_tutorial_input_fn_is_refused_with_the_partial_to_write(tmp_path):
-    """premade_iris.input_fn(features, labels, training, batch_size): Estimator cannot call it."""
-    model_dir = str(tmp_path / "model")
-    run = run_module(
-        "estimator_dist.train",
-        [f"--model_dir={model_dir}", *PROGRAMS["premade_iris"].flags(input_fn="input_fn")],
-        ONE_PROCESS_TIMEOUT,
-        model_dir=model_dir,
-        check=False,
-    )
-    assert run.returncode == exit_codes.USAGE, run.describe()
-    assert "functools.partial" in run.output, run.describe()
-    assert "features" in run.output and "labels" in run.output, run.describe()
+def test_an_unbound_tutorial_input_fn_is_refused_with_the_partial_to_write(capsys, tmp_path):
+    """premade_iris.input_fn(features, labels, training, batch_size): Estimator cannot call it.
+
+    In this process, through the stages of `estimator_dist.train` that refuse it (its
+    pre-flight) and `usage_exit`: exit 2, the message, nothing written. That the entry
+    point turns a pre-flight refusal into exit 2 end to end is `train_test`'s unknown
+    model_fn case.
+    """
+    args = PROGRAMS["premade_iris"].flags(input_fn="input_fn")
+    code, output, model_dir = usage_error_in_process(capsys, tmp_path, args, preflight=True)
+    assert code == exit_codes.USAGE, output
+    assert "functools.partial" in output, output
+    assert "features" in output and "labels" in output, output
+    assert not os.path.exists(model_dir), "a usage error must write nothing to model_dir"
+
+
+def test_the_calling_conventions_left_off_the_cluster_keep_a_representative_on_it():
+    """`bound_method` carries CONVENTION_ONLY's cluster run and its weights' equality."""
+    assert CONVENTION_ONLY == ["callable_model", "partial_inputs"]
+    assert "bound_method" in ON_A_CLUSTER and "bound_method" in DETERMINISTIC

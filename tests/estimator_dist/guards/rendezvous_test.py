@@ -1,6 +1,6 @@
 """The cross-task rendezvous, run for real over loopback, one thread per task.
 
-Each task gets a `ClusterConfig` from `make_local_cluster` on free ports and
+Each task gets a `ClusterConfig` from `tests.procs.local_cluster` (free ports) and
 runs `rendezvous(task, view, timeout)` in its own thread; the test collects
 what each one raised. Timeouts are a few seconds, and every thread is joined
 with a bound.
@@ -11,23 +11,18 @@ import socket
 import threading
 import time
 
-import portpicker
 import pytest
 
 from estimator_dist.base.cluster import ClusterConfig, make_local_cluster
 from estimator_dist.base.errors import ClusterMismatchError, ClusterTimeoutError, PortInUseError
 from estimator_dist.guards import rendezvous as rendezvous_module
 from estimator_dist.guards.rendezvous import _problems, diff_views, rendezvous
+from tests.procs import free_ports, local_cluster
 
 pytestmark = pytest.mark.timeout(60)
 
 TIMEOUT = 3.0
 VIEW = {"model_dir": "/shared/run", "train_steps": 100, "strategy": "multi_worker_mirrored"}
-
-
-def local_cluster(num_workers, num_ps=0, evaluator=False):
-    ports = [portpicker.pick_unused_port() for _ in range(num_workers + num_ps)]
-    return make_local_cluster(num_workers, ports=ports, num_ps=num_ps, evaluator=evaluator)
 
 
 def task(cluster, role):
@@ -172,7 +167,7 @@ def test_mismatch_in_a_two_task_cluster_fails_both():
 def test_two_tasks_claiming_one_role_fail():
     # Two worker-0 tasks on different ports (their TF_CONFIGs differ), while the
     # chief still waits for worker-1: the chief sees the same role twice.
-    ports = [portpicker.pick_unused_port() for _ in range(4)]
+    ports = free_ports(4)
     first = make_local_cluster(3, ports=ports[:3])
     second = make_local_cluster(3, ports=[ports[0], ports[3], ports[2]])
     tasks = Tasks(timeout=5.0)

@@ -13,20 +13,22 @@ import os
 import subprocess
 import sys
 import time
+import types
 
 import pytest
 import tensorflow as tf
 import yaml
 
-from estimator_dist.base import exit_codes
+from estimator_dist.base import exit_codes, status
 from tests.procs import REPO, report
 from tests.tfjob_operator import TFJob, TFJobRun, namespaces_unavailable
 
 NAME = "digits"
-STEPS = 500
+# Enough steps for the pod deletion to land mid-training, with room to spare: the worker is
+# deleted after the first checkpoint (step 50) and the next progress line (step 60 to 70
+# measured), and the preemption checkpoint followed at step 110 to 160.
+STEPS = 400
 EVERY = 50
-STEP_LINE = r"^I.*\] loss = .*step = (\d+)"
-FIRST_STEP = rf"{exit_codes.FIRST_STEP_MARKER} \(global step (\d+)\)"
 
 
 def container(command, args):
@@ -147,7 +149,7 @@ def train_args(model_dir, data_dir):
     ]
 
 
-def manifest(tmp_path, model_dir, data_dir):
+def manifest_text(tmp_path, model_dir, data_dir):
     """What `python -m estimator_dist.manifest` prints for a chief, a worker and an evaluator.
 
     `tmp_path` stands for a PersistentVolumeClaim mounted in every pod.
@@ -168,7 +170,25 @@ def manifest(tmp_path, model_dir, data_dir):
     # Standard output only: TensorFlow's start-up lines and the warnings go to standard error.
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, report(f"exited {result.returncode}: {command}", result.stderr)
-    return yaml.safe_load(result.stdout)
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def printed_manifest(tmp_path_factory, data_dir):
+    """`(volume, text)`: the manifest printed once for a volume folder; the tests share it."""
+    volume = str(tmp_path_factory.mktemp("volume"))
+    return volume, manifest_text(volume, os.path.join(volume, "model"), data_dir)
+
+
+def manifest(printed_manifest, tmp_path):
+    """The printed manifest, its volume (and the model_dir in it) moved to `tmp_path`.
+
+    One run of `estimator_dist.manifest` (a TensorFlow start-up) serves both jobs: each
+    gets the same text with its own folder, so that their checkpoints stay apart.
+    """
+    volume, text = printed_manifest
+    assert text.count(volume) >= 2, text  # the volume and the model_dir
+    return yaml.safe_load(text.replace(volume, str(tmp_path)))
 
 
 def latest_step(model_dir):
@@ -208,61 +228,95 @@ def assert_peers_by_name(run, chief, worker):
         wait_for(lambda h=here, a=address: a in run.peers(h), 30, f"{here} -> {address}", run)
 
 
-@pytest.mark.multiprocess
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_tfjob_trains_to_max_steps_with_final_metrics(pods_allowed, tmp_path, data_dir):
+def deleted_worker_job(tmp_path, printed_manifest):
+    """The job of `manifest`, its worker pod deleted mid-training and recreated, to the end.
+
+    One job serves both end-to-end tests (`shared_run`): it trains, a fault or not, to
+    max steps with its final metrics, the chief and the worker reaching each other by
+    their pods' names before the delete and after (`assert_peers_by_name`, which fails
+    the run); then `test_tfjob_trains_...` checks how it ended and
+    `test_deleted_worker_pod_...` how it came back. A job with no fault proves nothing
+    this one does not: its first attempt is the same until the delete, and the ending
+    is the same after it.
+    """
     model_dir = str(tmp_path / "model")
     chief, worker, evaluator = pods(NAME)
-    with TFJobRun(manifest(tmp_path, model_dir, data_dir), str(tmp_path / "logs")) as run:
-        run.wait_for_line(chief, STEP_LINE, 300)
-        assert_peers_by_name(run, chief, worker)
-        result = run.wait(timeout=400)
-        codes = {name: run.wait_for_exit(name, 120) for name in (chief, worker, evaluator)}
-        logs = run.logs()
-    assert result == "Succeeded", report(f"job {result}: {run.message}", logs)
-    assert codes == {chief: 0, worker: 0, evaluator: 0}, report(f"exit codes {codes}", logs)
-    assert_finished_at_max_steps(run, model_dir, logs)
-    assert all(
-        ".kubeflow.svc:2222" in a
-        for a in json.loads(run.replicas[chief].tf_config)["cluster"]["worker"]
-    )
-
-
-@pytest.mark.multiprocess
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_deleted_worker_pod_is_recreated_and_the_job_ends_at_max_steps(
-    pods_allowed, tmp_path, data_dir
-):
-    model_dir = str(tmp_path / "model")
-    chief, worker, evaluator = pods(NAME)
-    with TFJobRun(manifest(tmp_path, model_dir, data_dir), str(tmp_path / "logs")) as run:
+    with TFJobRun(manifest(printed_manifest, tmp_path), str(tmp_path / "logs")) as run:
         wait_for(lambda: latest_step(model_dir) > 0, 300, "a checkpoint past step 0", run)
-        _, reached = run.wait_for_line(chief, STEP_LINE, 120, since=time.monotonic())
+        _, reached = run.wait_for_event(chief, status.Progress, 120, since=time.monotonic())
+        assert_peers_by_name(run, chief, worker)
         old_address = run.replicas[worker].pod.address
         deleted = time.monotonic()
         run.delete_pod(worker)
         wait_for(lambda: run.replicas[chief].exit_codes, 60, "the chief's exit", run)
         decision = json.load(open(os.path.join(model_dir, "preemption", "decision.json")))
         saved = latest_step(model_dir)
-        resumed_at, first = run.wait_for_line(chief, FIRST_STEP, 300, since=deleted)
+        resumed_at, first = run.wait_for_event(chief, status.FirstStep, 300, since=deleted)
         assert_peers_by_name(run, chief, worker)
         result = run.wait(timeout=400)
         codes = {name: run.wait_for_exit(name, 120) for name in (chief, worker, evaluator)}
         logs = run.logs()
+    return types.SimpleNamespace(
+        run=run,
+        model_dir=model_dir,
+        result=result,
+        codes=codes,
+        logs=logs,
+        reached=reached,
+        old_address=old_address,
+        deleted=deleted,
+        decision=decision,
+        saved=saved,
+        resumed_at=resumed_at,
+        first=first,
+    )
+
+
+@pytest.fixture
+def deleted_worker(pods_allowed, tmp_path_factory, printed_manifest, shared_run):
+    return shared_run(
+        "tfjob deleted worker",
+        lambda: deleted_worker_job(tmp_path_factory.mktemp("deleted"), printed_manifest),
+    )
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_tfjob_trains_to_max_steps_with_final_metrics(deleted_worker):
+    job = deleted_worker
+    chief, worker, evaluator = pods(NAME)
+    assert job.result == "Succeeded", report(f"job {job.result}: {job.run.message}", job.logs)
+    assert job.codes == {chief: 0, worker: 0, evaluator: 0}, report(
+        f"exit codes {job.codes}", job.logs
+    )
+    assert_finished_at_max_steps(job.run, job.model_dir, job.logs)
+    assert all(
+        ".kubeflow.svc:2222" in a
+        for a in json.loads(job.run.replicas[chief].tf_config)["cluster"]["worker"]
+    )
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_deleted_worker_pod_is_recreated_and_the_job_ends_at_max_steps(deleted_worker):
+    job = deleted_worker
+    run, logs, saved, reached, first = job.run, job.logs, job.saved, job.reached, job.first
+    decision = job.decision
+    chief, worker, evaluator = pods(NAME)
     restarts = {
         name: (r.replaced_after_failure, r.recreated_after_delete, r.exit_codes)
         for name, r in run.replicas.items()
     }
     print(
-        f"worker deleted at step >= {reached.group(1)}; preemption checkpoint {saved}; training "
-        f"resumed at step {first.group(1)} {resumed_at - deleted:.1f} s after the delete; "
+        f"worker deleted at step >= {reached.step}; preemption checkpoint {saved}; training "
+        f"resumed at step {first.step} {job.resumed_at - job.deleted:.1f} s after the delete; "
         f"(replaced, recreated, exit codes) per pod: {restarts}"
     )
-    assert result == "Succeeded", report(f"job {result}: {run.message}", logs)
-    assert codes == {chief: 0, worker: 0, evaluator: 0}, report(f"exit codes {codes}", logs)
-    assert_finished_at_max_steps(run, model_dir, logs)
+    assert job.result == "Succeeded", report(f"job {job.result}: {run.message}", logs)
+    assert job.codes == {chief: 0, worker: 0, evaluator: 0}, report(f"exit codes {job.codes}", logs)
+    assert_finished_at_max_steps(run, job.model_dir, logs)
     assert run.replicas[worker].exit_codes[0] == exit_codes.PREEMPTED, report(str(restarts), logs)
     assert run.replicas[chief].exit_codes[0] == exit_codes.PREEMPTED, report(str(restarts), logs)
     assert (
@@ -271,11 +325,9 @@ def test_deleted_worker_pod_is_recreated_and_the_job_ends_at_max_steps(
     ) == (1, 1)
     assert run.replicas[evaluator].exit_codes == [0], report(str(restarts), logs)
     assert decision["requested_by"] == "worker-0" and decision["done"], decision
-    assert decision["saved_step"] == saved > int(reached.group(1)), report(
-        f"{decision}, {saved}", logs
-    )
+    assert decision["saved_step"] == saved > reached.step, report(f"{decision}, {saved}", logs)
     # The first step's global step is fetched in the session call that increments it, racing
     # the increment: it shows as the saved step or the one after.
-    resumed = int(first.group(1))
+    resumed = first.step
     assert resumed in (saved, saved + 1), report(f"resumed at {resumed}, saved {saved}", logs)
-    assert run.replicas[worker].addresses[1] != old_address
+    assert run.replicas[worker].addresses[1] != job.old_address

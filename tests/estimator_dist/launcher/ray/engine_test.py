@@ -24,14 +24,15 @@ from estimator_dist.base import exit_codes
 from estimator_dist.base.cluster import make_local_cluster
 from estimator_dist.base.errors import ClusterTimeoutError, UsageError
 from estimator_dist.launcher import launch_flags, restarts, task_start
+from estimator_dist.launcher.engine import JobShape
 from estimator_dist.launcher.exits import Failure
 from estimator_dist.launcher.ray import actor as ray_actor
 from estimator_dist.launcher.ray import engine as ray_engine
 from estimator_dist.launcher.ray import settings as ray_settings
 from estimator_dist.launcher.ray.actor import hold_port
-from estimator_dist.launcher.ray.settings import INSTALL_HINT, JobShape, RaySettings
+from estimator_dist.launcher.ray.settings import INSTALL_HINT, RaySettings
 from estimator_dist.launcher.restarts import RestartSettings, run_with_restarts
-from tests.procs import REPO, Background, measured_exits, run_module
+from tests.procs import REPO, Background, alive, measured_exits, report, run_module, started_pids
 
 #: Nodes of the shared cluster: the head and two more.
 NODES = 3
@@ -317,15 +318,6 @@ def checkpoint_step(model_dir):
         return int(re.search(r'model_checkpoint_path: "model\.ckpt-(\d+)"', stream.read())[1])
 
 
-def alive(pid):
-    """Whether `pid` runs (a zombie, which nobody here may reap, counts as ended)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stream:
-            return stream.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.multiprocess
 @pytest.mark.slow
 @pytest.mark.timeout(420)
@@ -388,7 +380,8 @@ def test_two_workers_and_an_evaluator_train_on_three_nodes(nodes, tmp_path, data
 @pytest.mark.slow
 @pytest.mark.timeout(480)
 def test_a_killed_worker_restarts_the_job_which_ends_at_the_last_step(nodes, tmp_path, data_dir):
-    steps = 1000
+    # The kill comes as soon as step 100 is logged, so 400 steps leave 300 to resume.
+    steps = 400
     args, model_dir = ray_job(
         nodes,
         tmp_path,
@@ -407,7 +400,7 @@ def test_a_killed_worker_restarts_the_job_which_ends_at_the_last_step(nodes, tmp
     output = launcher.output
     print(f"killed worker-0 -> 'training resumed' seen {resumed:.1f} s later")
     print("\n".join(line for line in output.splitlines() if "[launcher]" in line))
-    assert code == 0, output
+    assert code == 0, report(f"the launcher exited {code}, expected 0", output)
     assert re.search(
         r"restart after attempt 0: worker-0 was killed by SIGKILL[^\n]*; resumed from checkpoint "
         r"step [1-9]\d*",
@@ -448,7 +441,7 @@ def test_a_lost_node_restarts_the_job_on_the_nodes_that_remain(nodes, tmp_path, 
         code = launcher.wait(timeout=300)
     output = launcher.output
     print("\n".join(line for line in output.splitlines() if "[launcher]" in line))
-    assert code == 0, output
+    assert code == 0, report(f"the launcher exited {code}, expected 0", output)
     assert re.search(rf"Ray node \S+ \(node {node}\), where {role} ran, is gone", output), output
     assert "restart after attempt 0: " in output
     assert "attempt 1 failed" not in output  # No stale preemption decision stopped attempt 1.
@@ -472,14 +465,16 @@ def test_too_few_nodes_left_fail_with_a_clear_error(nodes, tmp_path, data_dir):
     )
     with Background("estimator_dist.launch", args) as launcher:
         launcher.wait_for_line(r"^\[chief\] .*step = [1-9]\d{2,}/", 240)
-        pids = [int(pid) for pid in re.findall(r"started \S+ \(pid (\d+)\)", launcher.output)]
+        pids = started_pids(launcher.output)
         removed = time.monotonic()
         remove_a_training_node(nodes, launcher.output)
         code = launcher.wait(timeout=120)
         took = time.monotonic() - removed
     output = launcher.output
     print(f"node removed -> launcher exited {code} after {took:.1f} s")
-    assert code == exit_codes.CLUSTER_TIMEOUT, output
+    assert code == exit_codes.CLUSTER_TIMEOUT, report(
+        f"the launcher exited {code}, expected 151", output
+    )
     assert (
         "job failed: the Ray placement group of the job's 3 tasks ({'CPU': 1.0} each, "
         "--ray_placement=STRICT_SPREAD) was not placed within --ray_placement_timeout_secs=10: "
@@ -503,11 +498,11 @@ def test_sigterm_to_the_launcher_stops_every_task_at_a_checkpointed_step(nodes, 
     )
     with Background("estimator_dist.launch", args) as launcher:
         launcher.wait_for_line(r"^\[chief\] .*step = [1-9]\d{2,}/", 240)
-        pids = [int(pid) for pid in re.findall(r"started \S+ \(pid (\d+)\)", launcher.output)]
+        pids = started_pids(launcher.output)
         launcher.process.terminate()
         code = launcher.wait(timeout=120)
     output = launcher.output
-    assert code == 128 + signal.SIGTERM, output
+    assert code == 128 + signal.SIGTERM, report(f"the launcher exited {code}, expected 143", output)
     stop = int(re.search(r"every task stops at global step (\d+)", output)[1])
     assert output.count(f"failed (exit 155): stopped for a preemption at global step {stop}") == 2
     assert checkpoint_step(model_dir) == stop
@@ -524,7 +519,7 @@ def test_tasks_never_outlive_a_killed_launcher(nodes, tmp_path, data_dir):
     )
     with Background("estimator_dist.launch", args) as launcher:
         launcher.wait_for_line(r"^\[chief\] .*loss = ", 240)
-        pids = [int(pid) for pid in re.findall(r"started \S+ \(pid (\d+)\)", launcher.output)]
+        pids = started_pids(launcher.output)
         launcher.process.kill()
         killed = time.monotonic()
         # Timed for up to 30 s, so that a slow end shows its figure; the bound is 5 s.
