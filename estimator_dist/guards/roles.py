@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import tensorflow as tf
 from absl import logging
@@ -163,22 +163,28 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
     the hooks start, for any model_fn, canned estimator or Keras model.
 
     Args:
-      last_step: The step training ends at (`--train_steps`).
+      last_step: The step training ends at (`--train_steps`); None, with `quiet`
+        only, when a program names none (its events then say 0).
       examples_per_step: Examples one global step trains on: the global batch
         times the gradient accumulation steps; with parameter servers, one
         worker's batch. None leaves examples/s out (a script's batch).
       every_n_steps: Global steps between two lines (`--log_step_count_steps`).
       clock: Monotonic clock, replaceable in tests.
+      quiet: Send the `status.Progress` event only, no line: for a program
+        whose Estimator logs its own `loss = ..., step = ...` lines.
     """
 
     def __init__(
         self,
-        last_step: int,
+        last_step: Optional[int],
         examples_per_step: Optional[int],
         every_n_steps: int,
         clock: Callable[[], float] = time.monotonic,
+        quiet: bool = False,
     ) -> None:
-        if min(last_step, every_n_steps, examples_per_step or 1) < 1:
+        if min(last_step or 1, every_n_steps, examples_per_step or 1) < 1 or (
+            last_step is None and not quiet
+        ):
             raise ValueError(
                 f"ProgressHook needs positive values, not last_step={last_step}, "
                 f"examples_per_step={examples_per_step}, every_n_steps={every_n_steps}."
@@ -187,6 +193,7 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         self._examples_per_step = examples_per_step
         self._every_n_steps = every_n_steps
         self._clock = clock
+        self._quiet = quiet
         self._global_step: Optional[tf.Tensor] = None
         self._loss: Optional[tf.Tensor] = None
         self._learning_rate: Optional[tf.Tensor] = None
@@ -210,9 +217,10 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         self._since = None
 
     def _boundary_after(self, step: int) -> float:
-        if step >= self._last_step:
+        end = math.inf if self._last_step is None else self._last_step
+        if step >= end:
             return math.inf
-        return min(self._last_step, (step // self._every_n_steps + 1) * self._every_n_steps)
+        return min(end, (step // self._every_n_steps + 1) * self._every_n_steps)
 
     def before_run(
         self, run_context: tf.compat.v1.train.SessionRunContext
@@ -251,6 +259,29 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         examples_per_sec = (
             rate * self._examples_per_step if rate and self._examples_per_step else None
         )
+        if not self._quiet:
+            self._print(step, loss, examples_per_sec, rate, learning_rate)
+        status.emit(
+            status.Progress(
+                step=step,
+                last_step=self._last_step or 0,
+                loss=loss if loss is None or math.isfinite(loss) else None,
+                examples_per_sec=examples_per_sec,
+                interval_steps=self._every_n_steps,
+                interval_secs=now - since_time if now > since_time else None,
+            )
+        )
+        self._since = (step, now)
+        self._next = self._boundary_after(step)
+
+    def _print(
+        self,
+        step: int,
+        loss: Optional[float],
+        examples_per_sec: Optional[float],
+        rate: Optional[float],
+        learning_rate: Any,
+    ) -> None:
         logging.info(
             "%s",
             format_progress(
@@ -262,18 +293,6 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
                 None if learning_rate is None else float(learning_rate),
             ),
         )
-        status.emit(
-            status.Progress(
-                step=step,
-                last_step=self._last_step,
-                loss=loss if loss is None or math.isfinite(loss) else None,
-                examples_per_sec=examples_per_sec,
-                interval_steps=self._every_n_steps,
-                interval_secs=now - since_time if now > since_time else None,
-            )
-        )
-        self._since = (step, now)
-        self._next = self._boundary_after(step)
 
 
 def find_learning_rate(graph: tf.Graph) -> Optional[tf.Tensor]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import sys
 import tempfile
 import time
 import traceback
@@ -420,10 +419,10 @@ DEFAULT_PROGRESS_STEPS = 100
 def progress_reporter(last_step: Optional[int], every_n_steps: int) -> Any:
     """A hook that sends a `status.Progress` event every `every_n_steps` global steps, silently.
 
-    `guards.roles.ProgressHook` without its progress line: a script's
-    Estimator logs `loss = ..., step = ...` for people already. The event
-    carries the step, the loss of the step that reached it and the interval's
-    length; no examples/s, the script's batch being unknown.
+    `guards.roles.ProgressHook`, quiet: a script's Estimator logs `loss = ...,
+    step = ...` for people already. The event carries the step, the loss of the
+    step that reached it and the interval's length; no examples/s, the script's
+    batch being unknown.
 
     Args:
       last_step: The step training ends at, or None when the script names none
@@ -431,41 +430,9 @@ def progress_reporter(last_step: Optional[int], every_n_steps: int) -> Any:
       every_n_steps: Global steps between two events (the RunConfig's
         `log_step_count_steps`).
     """
-    import math
-
     from estimator_dist.guards.roles import ProgressHook
 
-    class ProgressReporter(ProgressHook):
-        def after_run(self, run_context: Any, run_values: Any) -> None:
-            if self._since is None:
-                self._since = (self._known + self._per_run, self._clock())
-            if not self._fetching:
-                return
-            step = int(run_context.session.run(self._global_step))
-            now = self._clock()
-            if step > self._known:
-                self._per_run = (step - self._known) / self._runs
-            self._known, self._runs = step, 0
-            if step < self._next:  # Fewer global steps a run than predicted: not there yet.
-                return
-            loss = run_values.results.get("loss")
-            loss = None if loss is None or not math.isfinite(float(loss)) else float(loss)
-            since_time = self._since[1]
-            status.emit(
-                status.Progress(
-                    step=step,
-                    last_step=last_step or 0,
-                    loss=loss,
-                    examples_per_sec=None,
-                    interval_steps=self._every_n_steps,
-                    interval_secs=now - since_time if now > since_time else None,
-                )
-            )
-            self._since = (step, now)
-            self._next = self._boundary_after(step)
-
-    # Without a last step the boundaries never stop short of it.
-    return ProgressReporter(last_step or sys.maxsize, None, max(1, every_n_steps))
+    return ProgressHook(last_step, None, max(1, every_n_steps), quiet=True)
 
 
 def _override(value: Optional[int], default: int) -> int:
