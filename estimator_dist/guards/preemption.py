@@ -11,7 +11,9 @@ measures), and writes it. Each training task's hook asks its session to stop
 after that step, exactly as `max_steps` ends training, so every task leaves
 the same step, the chief's `CheckpointSaverHook` writes the checkpoint of
 that step on its way out, and each task exits `PREEMPTED` (155, retryable):
-restarted, the job resumes from that step and loses none.
+restarted, the job resumes from that step and loses none. If training reaches
+its own end first (its last step, or the end of its input), the job is complete
+and every task finishes as usual.
 
 Per training step the hook does one increment and one compare (no fetch, no
 clock, no lock); the polling thread measures the speed. The signal is noticed
@@ -370,6 +372,17 @@ class Preemption:
         if not self.requested:
             return
         step = self._step
+        if not failed and step is not None and step < self._stop_step:
+            # Training reached its own end (its last step, or the end of its input) before
+            # the stop step: the job is complete, and a restart would have nothing to train.
+            logging.warning(
+                "estimator_dist: task %s: training ended at global step %d before the "
+                "preemption's stop step%s; nothing is left to resume, the task finishes.",
+                self._role,
+                step,
+                "" if self.stop_at is None else f" {self.stop_at}",
+            )
+            return
         if self._is_chief:
             # With parameter servers the other workers move the global step too, and a
             # failed stop saved nothing: the latest checkpoint says which step was saved.

@@ -558,8 +558,9 @@ def test_a_killed_evaluator_is_restarted_alone_and_training_goes_on(tmp_path, da
 @pytest.mark.timeout(480)
 def test_a_preempted_task_restarts_the_job_with_no_step_lost(tmp_path, data_dir, subreaper):
     # No periodic checkpoint: only the preemption's own save can keep the steps. The SIGTERM
-    # comes at step 100 or later, so that 300 leaves steps to train after the restart.
-    steps = 300
+    # comes at step 100 or later; the stop step leads it by about a second of steps (up to
+    # ~470 at this machine's fastest), so 1,000 leaves steps to train after the restart.
+    steps = 1000
     args = [
         "--num_workers=2",
         "--noevaluator",
@@ -580,6 +581,7 @@ def test_a_preempted_task_restarts_the_job_with_no_step_lost(tmp_path, data_dir,
     output = launcher.output
     assert code == 0, output
     stop = int(re.search(r"every task stops at global step (\d+)", output).group(1))
+    assert stop < steps, report(f"the stop step {stop} is past the last step {steps}", output)
     summary = re.search(
         r"restart after attempt 0: \S+ exited with code 155 \(PREEMPTED\).*resumed from "
         r"checkpoint step (\d+), (\d+) step\(s\) lost",

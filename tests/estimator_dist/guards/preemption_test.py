@@ -75,6 +75,27 @@ def test_a_workers_signal_makes_the_chief_decide_one_stop_step_for_both(tmp_path
     }
 
 
+def test_training_that_ends_before_the_stop_step_finishes_without_a_restart(tmp_path):
+    # The signal came 100 steps before the last step, the lead is 150 steps: both
+    # sessions end at their last step (as max_steps ends them), short of the stop step.
+    chief, chief_exits = make(tmp_path, "chief-0", "chief")
+    worker, worker_exits = make(tmp_path, "worker-0", "worker")
+    for task in (chief, worker):
+        task.session_started(200)
+    chief._step_secs = 0.01 / 1.5
+    worker.signalled()
+    chief.poll_once()
+    worker.poll_once()
+    assert chief.stop_at == worker.stop_at == 350
+    for task in (chief, worker):
+        assert run_steps(task, 100) is None
+        task.session_ended(300)
+        task.finished()
+    assert chief_exits.calls == worker_exits.calls == []
+    decision = json.loads((tmp_path / PREEMPTION_DIR / DECISION_FILE).read_text())
+    assert decision["done"] is False, "no preemption checkpoint was made"
+
+
 @pytest.mark.parametrize("step_secs, lead", [(0.01, 100), (1e-9, 10_000), (5.0, 2)])
 def test_the_stop_step_leads_by_about_a_second_of_measured_steps(tmp_path, step_secs, lead):
     chief, _ = make(tmp_path, "chief-0", "chief")
