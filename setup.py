@@ -7,7 +7,9 @@ from setuptools import find_packages, setup
 HERE = pathlib.Path(__file__).parent
 TF_VERSION = "2.15.1"
 RAY = ['ray==2.60.0; python_version >= "3.10"', 'ray==2.51.1; python_version < "3.10"']
-KUBERNETES = ["kubeflow-training==1.9.4"]
+# The TFJob from the v1 Training SDK's models; the TrainJob and its runtime from the
+# Trainer v2 SDK's; kubernetes-validate checks the core kinds against Kubernetes' schemas.
+KUBERNETES = ["kubeflow-training==1.9.4", "kubeflow==0.5.0", "kubernetes-validate==1.37.0"]
 
 setup(
     name="estimator-dist",
@@ -50,7 +52,7 @@ setup(
         # `--engine=ray` of the launcher. Ray 2.52 and later have no Python 3.9 wheels;
         # both releases keep protobuf < 5 and numpy < 2.
         "ray": RAY,
-        # `estimator_dist.manifest`: the TFJob is built from the Training SDK's own models.
+        # `estimator_dist.manifest`: manifests built from the Kubeflow SDKs' own models.
         "kubernetes": KUBERNETES,
         # matplotlib: the benchmark suite's plots, which its tests draw too; pandas: the
         # legacy corpus's pandas_input_fn. The engines' extras are in `test` so that CI
