@@ -39,9 +39,12 @@ from benchmarks import NEVER_STEPS, common
 from estimator_dist.base.cpus import allowed_cores, split_cores
 
 CONTENDERS = ("package", "handwritten", "keras", "horovod", "independent")
-MODELS = {"mnist_cnn": "28x28x1", "resnet_cifar": "32x32x3"}
+MODELS = {"mnist_cnn": "28x28x1", "resnet_cifar": "32x32x3", "mobilenet_v2": "96x96x3"}
 #: Steps per run, and steps skipped before timing, per model (about 8-10 s timed).
-STEPS = {"mnist_cnn": (1000, 200), "resnet_cifar": (80, 20)}
+STEPS = {"mnist_cnn": (1000, 200), "resnet_cifar": (80, 20), "mobilenet_v2": (100, 20)}
+#: Models the package alone trains here: MobileNetV2 as `--keras_model`, at the
+#: width and classes of the *speedup* section (`benchmarks.speedup`).
+PACKAGE_ONLY = {"mobilenet_v2": ("--keras_model=mobilenet_v2", "num_classes=2,alpha=0.35")}
 #: Speed summaries (global_step/sec) written over the timed steps.
 SUMMARIES = 10
 
@@ -80,6 +83,8 @@ class Config:
             raise ValueError(f"contender must be one of {CONTENDERS}, received {self.contender!r}.")
         if self.model not in MODELS:
             raise ValueError(f"model must be one of {tuple(MODELS)}, received {self.model!r}.")
+        if self.model in PACKAGE_ONLY and self.contender not in ("package", "independent"):
+            raise ValueError(f"{self.model} is trained by the package only, not {self.contender}.")
 
     @property
     def global_batch(self) -> int:
@@ -148,11 +153,13 @@ def _log_steps(steps: int, warmup: int) -> int:
 
 def package_args(config: Config, model_dir: str, steps: int, warmup: int) -> List[str]:
     """`estimator_dist.train` flags that run `config` on one task of its cluster."""
+    model, params = PACKAGE_ONLY.get(config.model, (f"--model_fn={config.model}", ""))
+    extra = f",{params}" if params else ""
     return [
         f"--model_dir={model_dir}",
-        f"--model_fn={config.model}",
+        model,
         "--input_fn=synthetic",
-        f"--params=image_shape={MODELS[config.model]},num_examples=1024",
+        f"--params=image_shape={MODELS[config.model]},num_examples=1024{extra}",
         f"--batch_size={config.global_batch}",
         f"--train_steps={steps}",
         f"--log_step_count_steps={_log_steps(steps, warmup)}",

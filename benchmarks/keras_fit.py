@@ -15,7 +15,8 @@ its own recipe (momentum SGD at 0.1 per 128 examples, weight decay on the same
 variables as its `model_fn`). The chief times the steps after
 `--warmup_steps` and writes `{"examples_per_second", "steps", "seconds"}`
 (global examples) as JSON to `--result`, with whether TensorFlow ran oneDNN
-kernels.
+kernels. `--mixed_precision=bfloat16` builds the model under the
+`mixed_bfloat16` policy.
 """
 
 from __future__ import annotations
@@ -39,6 +40,14 @@ _STEPS = flags.DEFINE_integer("steps", 600, "Training steps.")
 _WARMUP = flags.DEFINE_integer("warmup_steps", 100, "Steps left out of the timing, 1 or more.")
 _COMMUNICATION = flags.DEFINE_enum("communication", "RING", ["RING", "AUTO"], "Collectives.")
 _STEPS_PER_EXECUTION = flags.DEFINE_integer("steps_per_execution", 1, "Steps per tf.function.")
+_PRECISION = flags.DEFINE_enum(
+    "mixed_precision",
+    "off",
+    ["off", "bfloat16"],
+    "bfloat16: the model is built under Keras' mixed_bfloat16 policy (layers compute in "
+    "bfloat16, variables stay float32), the Keras way to what the package's "
+    "--mixed_precision=bfloat16 does by graph rewrite.",
+)
 _RESULT = flags.DEFINE_string("result", None, "JSON file the chief writes.", required=True)
 
 SHAPES = {"mnist_cnn": (28, 28, 1), "resnet_cifar": (32, 32, 3)}
@@ -132,6 +141,8 @@ def main(argv: Sequence[str]) -> None:
     )
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     global_batch = _BATCH.value * strategy.num_replicas_in_sync
+    if _PRECISION.value == "bfloat16":
+        tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
     with strategy.scope():
         model = build_model(global_batch)
     timer = StepTimer(_WARMUP.value)

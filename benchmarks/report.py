@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from absl import app, flags
 
-from benchmarks import engines, scaling_model, speedup
+from benchmarks import engines, precision_section, scaling_model, speedup
 from benchmarks.options_table import HARDWARE_LIMIT, LARGER_BATCH, OPTIONS, REFERENCES
 
 #: Gradient bytes per all-reduce (float32 trainable parameters).
@@ -487,6 +487,9 @@ def markdown(results: dict, images: Sequence[str]) -> str:
     if "engines" in results:
         lines += ["", "## Ray against the local launcher (issue 17)", ""]
         lines += engines.table(results["engines"])
+    if "precision" in results:
+        lines += ["", "## Mixed precision: bfloat16 against float32 and Keras (issue 27)", ""]
+        lines += precision_section.table(results["precision"])
     lines += ["", "## Plots", ""]
     lines += [f"![{os.path.basename(p)}]({os.path.basename(p)})" for p in images]
     return "\n".join(lines) + "\n"

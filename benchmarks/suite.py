@@ -27,7 +27,10 @@ Sections:
 * `speedup`: issue 19's MobileNetV2 training-time table: 1 worker, 2 workers
   at the same global batch and at twice it, beside the seeds' (`benchmarks.speedup`);
 * `engines`: the same launcher job on a Ray cluster and on the local launcher
-  (`benchmarks.engines`).
+  (`benchmarks.engines`);
+* `precision`: issue 27's `--mixed_precision=bfloat16` against float32 (mnist_cnn,
+  resnet_cifar, MobileNetV2; 1 and 2 workers x 64) and against Keras `fit` with
+  `mixed_bfloat16` (`benchmarks.precision_section`).
 """
 
 from __future__ import annotations
@@ -42,7 +45,15 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from absl import logging
 
-from benchmarks import allreduce, common, engines, input_pipeline, speedup, startup_section
+from benchmarks import (
+    allreduce,
+    common,
+    engines,
+    input_pipeline,
+    precision_section,
+    speedup,
+    startup_section,
+)
 from benchmarks.contenders import MODELS, Config, measure, one_core_each
 from benchmarks.groups import ratio, run_groups, run_record, summary
 from benchmarks.options_table import OPTIONS, QUICK_OPTIONS
@@ -57,6 +68,7 @@ SECTIONS = (
     "input",
     "speedup",
     "engines",
+    "precision",
 )
 #: Rounds of the overhead section at least (fewer with --quick): its target leaves a 2% margin,
 #: within the spread of a ratio of two runs on this machine.
@@ -368,6 +380,7 @@ def run_suite(
         "input": lambda: input_throughput(settings),
         "speedup": lambda: speedup.section(settings, settings.quick, speedup.measure),
         "engines": lambda: engines.section(settings, engines.measure),
+        "precision": lambda: precision_section.section(settings, settings.quick, measure_fn),
     }
     for name in settings.sections:
         started = time.monotonic()

@@ -66,8 +66,9 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 import tensorflow as tf
 from tensorflow.python.distribute import values as value_lib
 
+from estimator_dist.base import precision
 from estimator_dist.base.errors import UsageError
-from estimator_dist.base.params import ACCUMULATION_STEPS, MICRO_BATCHES
+from estimator_dist.base.params import ACCUMULATION_STEPS, MICRO_BATCHES, MIXED_PRECISION
 from model_fns import learning_rates
 
 #: Graph collection that records every micro-batched update built; the driver
@@ -194,12 +195,17 @@ def with_gradient_accumulation(
 ) -> tf.compat.v1.train.Optimizer:
     """Wraps `optimizer` to accumulate `params["gradient_accumulation_steps"]` micro-batches.
 
+    With `params["mixed_precision"]` float16 on this machine (`float16`, or
+    `auto` on GPUs that compute in it) it also scales the loss (`loss_scaled`).
+
     Args:
       optimizer: A `tf.compat.v1.train` optimizer.
       params: The model_fn's params.
 
     Returns:
-      `optimizer` itself when k is 1, otherwise a `GradientAccumulationOptimizer`.
+      `optimizer` itself when k is 1 without float16, otherwise it wrapped:
+      in a `MixedPrecisionLossScaleOptimizer` for float16, in a
+      `GradientAccumulationOptimizer` for k > 1.
 
     Raises:
       UsageError: if `params` set `decay_epochs` but the model_fn built no
@@ -212,8 +218,28 @@ def with_gradient_accumulation(
             "a fixed learning rate, which would not decay. Build it with "
             "`model_fns.optimizers.learning_rate(params, base_rate)`, or leave decay_epochs out."
         )
+    if precision.resolve((params or {}).get(MIXED_PRECISION, precision.OFF)).used == (
+        precision.FLOAT16
+    ):
+        optimizer = loss_scaled(optimizer)
     steps = accumulation_steps(params)
     return optimizer if steps == 1 else GradientAccumulationOptimizer(optimizer, steps)
+
+
+def loss_scaled(optimizer: tf.compat.v1.train.Optimizer) -> tf.compat.v1.train.Optimizer:
+    """`optimizer` with dynamic loss scaling, as `enable_mixed_precision_graph_rewrite` wraps it.
+
+    For `--mixed_precision=float16`, which `with_gradient_accumulation` wraps
+    with it (a model_fn with an optimizer of its own calls it itself): the
+    loss is multiplied by a scale before the gradients and they are divided
+    by it after, so that float16 gradients do not underflow; a step whose
+    gradients are not finite is skipped and the scale halved, and the scale
+    doubles after 2,000 finite steps.
+
+    >>> type(loss_scaled(tf.compat.v1.train.GradientDescentOptimizer(0.1))).__name__
+    'MixedPrecisionLossScaleOptimizer'
+    """
+    return tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(optimizer, "dynamic")
 
 
 def _local_variable(initial: Any, name: str) -> tf.Variable:

@@ -1,6 +1,7 @@
 """What a RunConfig and a strategy are built from: validated options, no TensorFlow import.
 
-`RunConfigOptions` (checkpoints, summaries, threads, seed) and `StrategyConfig`
+`RunConfigOptions` (checkpoints, summaries, threads, seed, and the
+`PrecisionConfig` of its sessions) and `StrategyConfig`
 (the strategy, its collectives, the GPUs per worker) are frozen and checked on
 construction. Each of their settings is written once, as a field that carries
 its command-line flag (`estimator_dist.base.settings`), so the training flags
@@ -14,6 +15,8 @@ what fits before any of it is imported, as `estimator_dist.manifest` does.
 ('mirrored', ('/gpu:0', '/gpu:1', '/gpu:2', '/gpu:3'))
 >>> plan_strategy("multi_worker_mirrored", 4, distributed=True)
 ('multi_worker_mirrored', ())
+>>> PrecisionConfig("BFloat16").mixed_precision
+'bfloat16'
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Optional, Tuple
 
 from estimator_dist.base.cluster import ClusterConfig
 from estimator_dist.base.errors import UsageError
+from estimator_dist.base.precision import MIXED_PRECISIONS
 from estimator_dist.base.settings import check_bounds, none_for_zero, setting
 from run_config.names import (
     CENTRAL_STORAGE,
@@ -51,6 +55,45 @@ def _none_for_every_gpu(count: Optional[int]) -> Optional[int]:
 
 
 @dataclasses.dataclass(frozen=True)
+class PrecisionConfig:
+    """The precision training and evaluation sessions compute in (`estimator_dist.base.precision`).
+
+    One setting, nested in `RunConfigOptions` (so in the training flags) and
+    in a script's settings (`estimator_dist.programs.config.ScriptConfig`).
+
+    Attributes:
+      mixed_precision: `off` (the default: float32), `bfloat16` (oneDNN's
+        bfloat16 rewrite of convolutions and matmuls on a CPU with AVX-512 BF16
+        or AMX), `float16` (the CUDA rewrite with dynamic loss scaling, on GPUs
+        of compute capability 7.0 or more) or `auto` (the first of the two the
+        machine has, else off); any case. Variables, checkpoints, exports and
+        the all-reduce stay float32.
+    """
+
+    mixed_precision: str = setting(
+        "off",
+        "Compute in 16 bits where the hardware does it fast; variables, checkpoints, exports "
+        "and the all-reduce stay float32. bfloat16: oneDNN's bfloat16 rewrite of every training "
+        "and evaluation session (CPUs with AVX-512 BF16 or AMX; exit 2 elsewhere); float16: "
+        "the CUDA rewrite with dynamic loss scaling (GPUs of compute capability 7.0+; exit 2 "
+        "elsewhere); auto: float16 on such GPUs, else bfloat16 on such CPUs, else off. The "
+        "run record says what ran and why.",
+        enum=MIXED_PRECISIONS,
+    )
+
+    def __post_init__(self) -> None:
+        value = str(self.mixed_precision).lower()
+        if value not in MIXED_PRECISIONS:
+            raise choice(
+                "mixed precision",
+                self.mixed_precision,
+                MIXED_PRECISIONS,
+                "Set --mixed_precision to one of them (any case).",
+            )
+        object.__setattr__(self, "mixed_precision", value)
+
+
+@dataclasses.dataclass(frozen=True)
 class RunConfigOptions:
     """Everything in a RunConfig except the strategies and the GPUs.
 
@@ -67,6 +110,7 @@ class RunConfigOptions:
       inter_op_threads: Ops run in parallel; 0 lets TensorFlow choose.
       tf_random_seed: Graph-level seed, so every task initialises alike;
         `--seed`, which also orders the data.
+      precision: The precision of every session (`--mixed_precision`).
     """
 
     model_dir: str = setting(
@@ -92,6 +136,7 @@ class RunConfigOptions:
     tf_random_seed: Optional[int] = setting(
         0, "Seed for initial weights and data order.", flag="seed"
     )
+    precision: PrecisionConfig = PrecisionConfig()
 
     def __post_init__(self) -> None:
         if not self.model_dir:

@@ -11,6 +11,7 @@ from typing import Optional
 
 import tensorflow as tf
 
+from estimator_dist.base import precision as precision_lib
 from estimator_dist.base.errors import UsageError
 from estimator_dist.base.pitfalls import CHECKPOINT_SECS
 from run_config.options import RunConfigOptions
@@ -25,22 +26,33 @@ _COLLECTIVE_STRATEGIES = (
 def make_session_config(
     options: RunConfigOptions, num_gpus: Optional[int] = None
 ) -> tf.compat.v1.ConfigProto:
-    """Returns the session configuration for `options`' threads and `num_gpus`.
+    """Returns the session configuration for `options`' threads, precision and `num_gpus`.
+
+    Every training and evaluation session of the Estimator is made with it,
+    so `--mixed_precision`'s grappler rewrite (`estimator_dist.base.precision`) is on
+    in all of them; TF_CONFIG, which the RunConfig reads too, says whether they
+    are a cluster's.
 
     Args:
-      options: The thread settings.
+      options: The thread and precision settings.
       num_gpus: GPUs the sessions create (`StrategyConfig.num_gpus`; 0 runs
         on the CPU), or None for every visible GPU.
+
+    Raises:
+      UsageError: for a `--mixed_precision` this machine cannot compute in.
 
     >>> make_session_config(RunConfigOptions("/tmp/m"), num_gpus=0).device_count["GPU"]
     0
     """
-    return tf.compat.v1.ConfigProto(
+    config = tf.compat.v1.ConfigProto(
         allow_soft_placement=True,
         intra_op_parallelism_threads=options.intra_op_threads,
         inter_op_parallelism_threads=options.inter_op_threads,
         device_count={} if num_gpus is None else {"GPU": num_gpus},
     )
+    precision = precision_lib.resolve(options.precision.mixed_precision, num_gpus)
+    cluster = tf.distribute.cluster_resolver.TFConfigClusterResolver().cluster_spec()
+    return precision_lib.rewrite_session_config(precision, config, bool(cluster.as_dict()))
 
 
 def make_run_config(

@@ -12,6 +12,10 @@ environment already sets and turns oneDNN on otherwise. oneDNN rounds
 differently from Eigen (float32 results differ in the last bits), and the
 same kernels run on every task, so N-worker and 1-worker runs still match.
 
+**bfloat16.** `cpu_flags` reads the instruction sets the CPU reports
+(`/proc/cpuinfo`), and `BFLOAT16_FLAGS` are those with which oneDNN computes
+in bfloat16 natively (`estimator_dist.base.precision`).
+
 **Cores.** `split_cores` divides the cores a launcher may use among its
 training tasks, so that tasks on one machine do not fight over cores and
 TensorFlow, which sizes its thread pools from a process's allowed cores,
@@ -29,7 +33,7 @@ import ctypes
 import os
 import signal
 import sys
-from typing import Callable, List, MutableMapping, Optional, Sequence, Set
+from typing import Callable, FrozenSet, List, MutableMapping, Optional, Sequence, Set
 
 from estimator_dist.base import exit_codes
 
@@ -80,6 +84,32 @@ def onednn_enabled() -> bool:
     from tensorflow.python.util import _pywrap_util_port
 
     return bool(_pywrap_util_port.IsMklEnabled())
+
+
+#: CPU flags with which oneDNN computes in bfloat16 natively (AVX-512 BF16, AMX).
+BFLOAT16_FLAGS = ("avx512_bf16", "amx_bf16")
+#: Where Linux lists the CPU's flags.
+CPUINFO = "/proc/cpuinfo"
+
+
+def cpu_flags(cpuinfo: str = CPUINFO) -> FrozenSet[str]:
+    """The instruction-set flags the CPU reports (the first processor's `flags` line).
+
+    Args:
+      cpuinfo: The file to read, `/proc/cpuinfo` by default.
+
+    Returns:
+      The flags, empty where the file is missing or lists none (not Linux, not x86).
+    """
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                name, colon, value = line.partition(":")
+                if colon and name.strip() == "flags":
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()
 
 
 def allowed_cores() -> List[int]:

@@ -59,9 +59,11 @@ EPOCH_KEYS = frozenset({"decay_epochs", "decay_rate", "num_train_examples"})
 ACCUMULATION_STEPS = "gradient_accumulation_steps"
 #: `params` key of `--micro_batches` (`model_fns.optimizers`).
 MICRO_BATCHES = "micro_batches"
+#: `params` key of `--mixed_precision` (`model_fns.optimizers`: loss scaling for float16).
+MIXED_PRECISION = "mixed_precision"
 #: Keys the driver puts into every model's `params` from its own flags; model functions
 #: may read or ignore them.
-JOB_KEYS = frozenset({ACCUMULATION_STEPS, MICRO_BATCHES})
+JOB_KEYS = frozenset({ACCUMULATION_STEPS, MICRO_BATCHES, MIXED_PRECISION})
 #: The keys every model function accepts besides its own fields.
 SHARED_KEYS = INPUT_KEYS | EPOCH_KEYS | JOB_KEYS
 

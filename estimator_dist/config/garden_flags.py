@@ -11,7 +11,8 @@ machine with flags such as `--data_dir cifar-10-batches-bin/
   aliases `--max_train_steps` (`--train_steps`),
   `--inter_op_parallelism_threads` and `--intra_op_parallelism_threads`;
   `--distribution_strategy`, `--batch_size` (global), `--model_dir` and
-  `--data_dir` are our own flags already;
+  `--data_dir` are our own flags already; `--dtype` (`fp32`, `bf16`,
+  `fp16`) is `--mixed_precision` (`off`, `bfloat16`, `float16`);
 * epochs become steps by the package's one rule
   (`model_fns.learning_rates.epochs_to_steps`) and each mapping is logged:
   `--train_epochs` (stopping at `--train_steps` if that comes first, as
@@ -47,9 +48,9 @@ REFUSED: Mapping[str, str] = {
     "the place of Model Garden's logging and profiler hooks",
     "export_dir": "--export writes SavedModels under model_dir/export/",
     "use_synthetic_data": "--input_fn=synthetic --params=image_shape=32x32x3",
-    "dtype": "training is float32 (resnet_cifar takes --params=dtype=float64 for checks)",
-    "loss_scale": "there is no float16 training, so no loss scaling",
-    "fp16_implementation": "there is no float16 training",
+    "loss_scale": "--mixed_precision=float16 scales the loss dynamically",
+    "fp16_implementation": "--mixed_precision=float16 is the graph rewrite, with dynamic loss "
+    "scaling (Keras models: the mixed_float16 policy)",
     "num_packs": "--bytes_per_pack packs the gradients of each all-reduce",
     "tf_gpu_thread_mode": "TensorFlow's GPU threads are left at their defaults",
     "per_gpu_thread_count": "TensorFlow's GPU threads are left at their defaults",
@@ -92,6 +93,8 @@ ALIASES = {
 }
 #: `--all_reduce_alg` values, and the `--communication` each means.
 ALL_REDUCE_ALGS = {"ring": "RING", "nccl": "NCCL"}
+#: `--dtype` values, and the `--mixed_precision` each means.
+DTYPES = {"fp32": "off", "bf16": "bfloat16", "fp16": "float16"}
 #: The flags that count in epochs.
 EPOCH_FLAGS = ("train_epochs", "save_checkpoints_epochs", "epochs_between_evals")
 
@@ -143,6 +146,14 @@ def define_flags(flag_values: flags.FlagValues) -> None:
         lower_bound=8,
         flag_values=f,
     )
+    flags.DEFINE_enum(
+        "dtype",
+        None,
+        list(DTYPES),
+        "Model Garden's precision: fp32, bf16 or fp16, our --mixed_precision off, bfloat16 or "
+        "float16 (variables stay float32).",
+        flag_values=f,
+    )
     for alias, original in ALIASES.items():
         flags.DEFINE_alias(alias, original, flag_values=f)
     for name, instead in REFUSED.items():
@@ -165,6 +176,7 @@ class Resolved:
       train_steps: The last step.
       save_checkpoints_steps: The checkpoint interval.
       communication: RING, NCCL or AUTO.
+      mixed_precision: `--mixed_precision`, or `--dtype` in its terms.
       num_train_examples: Examples in an epoch, when known.
       notes: One line for each mapping made, as logged.
     """
@@ -176,6 +188,7 @@ class Resolved:
     train_steps: int
     save_checkpoints_steps: int
     communication: str
+    mixed_precision: str
     num_train_examples: Optional[int]
     notes: Tuple[str, ...]
 
@@ -228,6 +241,7 @@ def resolve(f: flags.FlagValues, params: Dict[str, Any], read_data: bool = True)
         train_steps=train_steps,
         save_checkpoints_steps=checkpoint_steps,
         communication=_communication(f),
+        mixed_precision=_mixed_precision(f, notes),
         num_train_examples=examples,
         notes=tuple(notes),
     )
@@ -298,6 +312,20 @@ def _communication(f: flags.FlagValues) -> str:
             f"--all_reduce_alg={f.all_reduce_alg} and --communication={f.communication} "
             "disagree; give one of them."
         )
+    return meant
+
+
+def _mixed_precision(f: flags.FlagValues, notes: List[str]) -> str:
+    """`--mixed_precision`, or `--dtype` in Model Garden's terms."""
+    if f.dtype is None:
+        return f.mixed_precision
+    meant = DTYPES[f.dtype]
+    if f["mixed_precision"].present and f.mixed_precision.lower() != meant:
+        raise UsageError(
+            f"--dtype={f.dtype} means --mixed_precision={meant}, but --mixed_precision="
+            f"{f.mixed_precision} was given too; give one of them."
+        )
+    notes.append(f"--dtype={f.dtype} is --mixed_precision={meant}")
     return meant
 
 

@@ -353,6 +353,7 @@ class JobConfig:
             **{name: getattr(self, name) for name in _FLAG_PARAMS},
             params_lib.ACCUMULATION_STEPS: self.gradient_accumulation_steps,
             params_lib.MICRO_BATCHES: self.micro_batches,
+            params_lib.MIXED_PRECISION: self.run.precision.mixed_precision,
         }
 
     @property

@@ -34,6 +34,7 @@ from estimator_dist.programs.locate import (
     find_module,
 )
 from run_config.names import COMMUNICATIONS
+from run_config.options import PrecisionConfig
 
 __all__ = ["ScriptConfig", "check_script", "config_from_flags", "define_flags", "model_dir_of"]
 
@@ -85,6 +86,8 @@ class ScriptConfig:
       preemption_checkpoint: Stop every task at one checkpointed step on
         SIGTERM/SIGINT (`estimator_dist.guards.preemption`).
       preemption_grace_secs: Seconds from the signal to a forced exit 155.
+      precision: `--mixed_precision` of the estimator's sessions, the
+        script's own session config kept.
       module: The module to run as `python -m` runs it, instead of a script.
       package_path: With `module`: the directory put first on `sys.path`
         (default: the current directory), made absolute.
@@ -172,6 +175,7 @@ class ScriptConfig:
         "stop at one step. Keep it below the platform's grace period.",
         lower_bound=1.0,
     )
+    precision: PrecisionConfig = PrecisionConfig()
     resolve: bool = dataclasses.field(default=True, compare=False)
 
     def __post_init__(self) -> None:
@@ -237,7 +241,8 @@ class ScriptConfig:
         >>> ScriptConfig(module="m", package_path="/srv", resolve=False).to_args()[:2]
         ['--module=m', '--package_path=/srv']
         """
-        given = settings.to_args(self)  # --module and --package_path first, when given.
+        # --module and --package_path first, when given.
+        given = [*settings.to_args(self), *settings.to_args(self.precision)]
         if self.module is None:
             return [*given, "--", str(self.path), *self.args]
         return [*given, "--", *self.args]

@@ -6,7 +6,9 @@ workers, a local MirroredStrategy on the evaluator); a strategy the script
 built itself is kept, and a MultiWorkerMirroredStrategy then all-reduces
 sparse gradients as dense tensors (`estimator_dist.base.tf_patches`).
 `with_distribution` and `set_run_config` give an Estimator other strategies
-as if its constructor had received them.
+as if its constructor had received them. `--mixed_precision` turns its
+grappler rewrite on in the estimator's session config, the script's own
+settings kept (`estimator_dist.base.precision`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
+from estimator_dist.base import precision as precision_lib
 from estimator_dist.base.cluster import EVALUATOR, ClusterConfig
 from estimator_dist.base.errors import UsageError
 from estimator_dist.programs.config import PROGRAM, ScriptConfig
@@ -116,6 +119,7 @@ class Distribution:
     injected: bool
     communication: Optional[str]
     effective_communication: Optional[str]
+    precision: precision_lib.Precision = precision_lib.decide(precision_lib.OFF, (), (), False)
 
 
 def distribute(
@@ -124,7 +128,7 @@ def distribute(
     config: ScriptConfig,
     earlier: Optional[Distribution] = None,
 ) -> Distribution:
-    """Gives the estimator the strategies this task needs; returns what it runs with.
+    """Gives the estimator the strategies and precision its task needs; returns what it runs with.
 
     Args:
       earlier: What an earlier estimator of this process was given. Its
@@ -132,7 +136,41 @@ def distribute(
         strategy, and the server of this process remembers each key's shape,
         so a second model on a new strategy would all-reduce against the
         first one's shapes.
+
+    Raises:
+      UsageError: for a strategy that cannot run on the cluster, or a
+        `--mixed_precision` this machine cannot compute in.
     """
+    precision = precision_lib.resolve(config.precision.mixed_precision)
+    distribution = _distribute(estimator, cluster, config, earlier)
+    if precision.used != precision_lib.OFF:
+        _set_session_config(estimator, precision)
+    return dataclasses.replace(distribution, precision=precision)
+
+
+def _set_session_config(estimator: Any, precision: precision_lib.Precision) -> None:
+    """Turns `precision`'s rewrite on in the estimator's session config, the rest kept.
+
+    Set on the estimator's RunConfig in place: `RunConfig.replace` would
+    deep-copy the strategy it holds, which must stay the one this task built.
+    """
+    import tensorflow as tf
+
+    run_config = estimator._config
+    given = run_config.session_config or tf.compat.v1.ConfigProto(allow_soft_placement=True)
+    distributed = bool(run_config.cluster_spec.as_dict())
+    session_config = precision_lib.rewrite_session_config(precision, given, distributed)
+    run_config._session_config = session_config
+    estimator._session_config = session_config
+
+
+def _distribute(
+    estimator: Any,
+    cluster: ClusterConfig,
+    config: ScriptConfig,
+    earlier: Optional[Distribution],
+) -> Distribution:
+    """`distribute`'s strategies."""
     from estimator_dist.base import tf_patches
     from run_config.strategies import StrategyConfig, communication_of, make_strategies
 
@@ -209,6 +247,7 @@ def run_record(
         ),
         "communication_requested": distribution.communication,
         "communication_used": distribution.effective_communication,
+        "mixed_precision": distribution.precision.to_record(),
         "script": config.path,
         "script_args": list(config.args),
         "model_dir": model_dir,

@@ -2,7 +2,7 @@
 
 Where these files live and how they are read is `estimator_dist.base.files`.
 The chief writes `run_record.json` (what really ran: roles, strategy,
-collectives, batches, inputs, versions) before training; the evaluator, or
+collectives, batches, the precision and why, inputs, versions) before training; the evaluator, or
 a single process, writes `eval_metrics.json` after each evaluation, because
 `tf.estimator.train_and_evaluate` returns nothing in multi-worker mode.
 `job_view` is what every task must agree on at the rendezvous.
@@ -19,7 +19,7 @@ from typing import Any, Mapping, Optional
 
 import tensorflow as tf
 
-from estimator_dist.base import status
+from estimator_dist.base import precision, status
 from estimator_dist.base.cluster import ClusterConfig
 from estimator_dist.base.cpus import allowed_cores, onednn_enabled
 from estimator_dist.base.files import METRICS_FILE, json_numbers, write_json
@@ -96,7 +96,7 @@ def make_run_record(
     num_replicas: int,
     checked: Optional[Preflight] = None,
 ) -> dict:
-    """Describes what this job really runs: role, strategy, collectives, batches, inputs."""
+    """Describes what this job runs: role, strategy, collectives, batches, precision, inputs."""
     train = strategies.train_distribute
     per_replica = job.batch_size // num_replicas
     inputs = {"train": job.input_fn, "eval": job.eval_input_name}
@@ -129,6 +129,9 @@ def make_run_record(
         "per_replica_micro_batch_size": per_replica // job.micro_batches,
         "bytes_per_pack": job.strategy.bytes_per_pack,
         "gradient_wire_dtype": job.strategy.gradient_wire_dtype,
+        "mixed_precision": precision.resolve(
+            job.run.precision.mixed_precision, job.strategy.num_gpus
+        ).to_record(),
         "input_fns": inputs,
         "onednn": onednn_enabled(),
         "session_threads": {
@@ -153,6 +156,7 @@ def job_view(job: JobConfig, cluster: ClusterConfig) -> dict:
         "collective_timeout": job.strategy.collective_timeout_seconds,
         "bytes_per_pack": job.strategy.bytes_per_pack,
         "gradient_wire_dtype": job.strategy.gradient_wire_dtype,
+        "mixed_precision": job.run.precision.mixed_precision,
         "train_steps": job.train_steps,
         "batch_size": job.batch_size,
         "gradient_accumulation_steps": job.gradient_accumulation_steps,

@@ -211,3 +211,25 @@ def test_micro_batches_and_accumulation_equal_one_whole_batch(tmp_path, strategy
             np.testing.assert_allclose(
                 other.get_tensor(name), whole.get_tensor(name), atol=1e-6, err_msg=name
             )
+
+
+def test_float16_scales_the_loss_on_gpus_that_compute_in_it(monkeypatch):
+    """No GPU here: GPUs are given, and the optimizer is wrapped as TensorFlow's rewrite does."""
+    from estimator_dist.base import precision
+
+    monkeypatch.setattr(precision, "gpu_capabilities", lambda num_gpus=None: ((8, 0),))
+    optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+    for requested in ("float16", "auto"):
+        wrapped = with_gradient_accumulation(optimizer, {"mixed_precision": requested})
+        assert type(wrapped).__name__ == "MixedPrecisionLossScaleOptimizer"
+        assert wrapped._optimizer is optimizer
+        assert type(wrapped._loss_scale).__name__ == "DynamicLossScale"
+    assert with_gradient_accumulation(optimizer, {"mixed_precision": "off"}) is optimizer
+
+
+def test_float16_without_a_gpu_is_refused():
+    from estimator_dist.base.errors import UsageError
+
+    optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+    with pytest.raises(UsageError, match="--mixed_precision=float16 needs GPUs"):
+        with_gradient_accumulation(optimizer, {"mixed_precision": "float16"})

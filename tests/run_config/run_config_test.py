@@ -173,3 +173,38 @@ def test_checkpoint_steps_allowed_with_multi_worker_mirrored(tmp_path):
     )
     assert config.save_checkpoints_steps == 25
     assert config.train_distribute is strategy
+
+
+def test_every_session_of_a_bfloat16_job_gets_the_onednn_rewrite(tmp_path, monkeypatch):
+    from tensorflow.core.protobuf.rewriter_config_pb2 import RewriterConfig
+
+    from estimator_dist.base import cpus
+    from run_config.options import PrecisionConfig
+
+    monkeypatch.setattr(cpus, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
+    monkeypatch.setattr(cpus, "onednn_enabled", lambda: True)
+    options = RunConfigOptions(str(tmp_path), precision=PrecisionConfig("bfloat16"))
+    config = make_run_config(options, tf.distribute.MultiWorkerMirroredStrategy())
+    rewrites = config.session_config.graph_options.rewrite_options
+    assert rewrites.auto_mixed_precision_onednn_bfloat16 == RewriterConfig.ON
+    assert config.session_config.allow_soft_placement
+    default = make_session_config(RunConfigOptions(str(tmp_path)))
+    assert default.graph_options.rewrite_options.auto_mixed_precision_onednn_bfloat16 == 0
+
+
+def test_a_cpu_without_bfloat16_refuses_the_job(tmp_path, monkeypatch):
+    from estimator_dist.base import cpus
+    from run_config.options import PrecisionConfig
+
+    monkeypatch.setattr(cpus, "cpu_flags", lambda: frozenset({"sse4_2", "avx2"}))
+    options = RunConfigOptions(str(tmp_path), precision=PrecisionConfig("bfloat16"))
+    with pytest.raises(UsageError, match="this CPU reports avx2, sse4_2") as raised:
+        make_run_config(options)
+    assert raised.value.exit_code == 2
+
+
+def test_fail_with_an_unknown_precision():
+    from run_config.options import PrecisionConfig
+
+    with pytest.raises(UsageError, match="Unknown mixed precision 'fp8'; valid values are off"):
+        PrecisionConfig("fp8")

@@ -312,3 +312,22 @@ def test_model_gardens_command_trains_two_workers_and_an_evaluator_from_the_bina
     )
     with open(os.path.join(model_dir, "run_record.json")) as stream:
         assert json.load(stream)["config"]["num_train_examples"] == 320
+
+
+# --- --dtype -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "dtype, meant", [("fp32", "off"), ("bf16", "bfloat16"), ("fp16", "float16")]
+)
+def test_dtype_is_mixed_precision(tmp_path, notes, dtype, meant):
+    assert job(tmp_path, f"--dtype={dtype}").run.precision.mixed_precision == meant
+    assert notes == [f"estimator_dist: --dtype={dtype} is --mixed_precision={meant}"]
+
+
+def test_dtype_and_mixed_precision_that_disagree_are_refused(tmp_path):
+    with pytest.raises(UsageError, match="--dtype=bf16 means --mixed_precision=bfloat16, but"):
+        job(tmp_path, "--dtype=bf16", "--mixed_precision=off")
+    assert job(tmp_path, "--dtype=bf16", "--mixed_precision=BFLOAT16").run.precision == (
+        job(tmp_path, "--mixed_precision=bfloat16").run.precision
+    )

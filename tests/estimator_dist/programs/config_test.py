@@ -159,3 +159,18 @@ def test_fail_with_both_script_and_module_in_the_launcher(tmp_path):
         "given; expected one program"
     ) in run.output
     assert "started" not in run.output and "Traceback" not in run.output
+
+
+def test_mixed_precision_is_a_flag_of_scripts_and_passed_on():
+    flag_values = flags.FlagValues()
+    script_config.define_flags(flag_values)
+    flag_values(["estimator_dist.script", "--mixed_precision=BFloat16"])
+    config = config_from_flags(flag_values, __file__, ["--steps=1"])
+    assert config.precision.mixed_precision == "bfloat16"
+    args = config.to_args()
+    assert "--mixed_precision=bfloat16" in args
+    assert args[args.index("--") :] == ["--", __file__, "--steps=1"]
+    again = flags.FlagValues()
+    script_config.define_flags(again)
+    again(["estimator_dist.script", *args[: args.index("--")]])
+    assert config_from_flags(again, __file__, ["--steps=1"]) == config
