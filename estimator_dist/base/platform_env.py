@@ -1,9 +1,11 @@
 """This task's cluster, read from what its platform put in the environment.
 
 TF_CONFIG always wins: Kubeflow, Vertex AI, SageMaker, Ray and the launcher
-all write it (`cluster.parse_tf_config` reads every dialect). Two more
-variables matter:
+all write it (`cluster.parse_tf_config` reads every dialect). Then:
 
+* the `ESTIMATOR_DIST_*` variables of a JobSet, Kubeflow Trainer v2 or
+  Indexed Job pod, from which `pod_env.cluster_from_pod` builds the cluster
+  (those kinds write no TF_CONFIG);
 * `CLUSTER_SPEC`, Vertex AI's description of the same cluster under its
   worker pool names (`workerpool0` the chief, `workerpool1` the workers,
   `workerpool2` the parameter servers, `workerpool3` the evaluator). It is read
@@ -38,6 +40,7 @@ from estimator_dist.base.cluster import (
     parse_tf_config,
 )
 from estimator_dist.base.errors import ClusterConfigError
+from estimator_dist.base.pod_env import cluster_from_pod
 
 #: Vertex AI's worker pools, in `workerPoolSpecs` order, and the TF_CONFIG job each one is.
 VERTEX_POOLS = {
@@ -78,8 +81,9 @@ def cluster_from_environment(environ: Mapping[str, str]) -> ClusterConfig:
       environ: The process environment, such as `os.environ`.
 
     Returns:
-      The `ClusterConfig` of TF_CONFIG when it names a cluster; else that of
-      Vertex AI's CLUSTER_SPEC when set; else a single process.
+      The `ClusterConfig` of TF_CONFIG when it names a cluster; else the one a
+      JobSet or Indexed Job pod builds (`pod_env`); else that of Vertex AI's
+      CLUSTER_SPEC when set; else a single process.
 
     Raises:
       ClusterConfigError: if the variable read is malformed, or the job is a
@@ -89,6 +93,9 @@ def cluster_from_environment(environ: Mapping[str, str]) -> ClusterConfig:
     if cluster.is_distributed:
         _refuse_sagemaker_parameter_servers(cluster, environ)
         return cluster
+    pod = cluster_from_pod(environ)
+    if pod is not None:
+        return pod
     spec = environ.get("CLUSTER_SPEC")
     if spec is None or not spec.strip():
         return cluster

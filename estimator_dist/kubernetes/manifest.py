@@ -1,18 +1,20 @@
-"""The TFJob of `python -m estimator_dist.manifest`, from its parsed flags and the training flags.
+"""The manifest `python -m estimator_dist.manifest` prints, from its flags and the training flags.
 
 `generate` checks the training flags given after the program's `--` as every
 replica will (an unknown flag, a bad value, a strategy that does not fit the
 replicas, a global batch that does not divide), except for their data, which
-is in the cluster, and returns the TFJob's YAML and the warnings for it. With
-`--script` or `--module` the arguments are the program's own, checked only for
-their form. Nothing here imports TensorFlow: the program prints its YAML in
-well under a second (`tests/estimator_dist/manifest_test.py` checks that it imports none).
+is in the cluster, builds the documents of the `--kind` asked, checks them
+against their schemas (`kubernetes.validate`) and returns their YAML and the
+warnings for it. With `--script` or `--module` the arguments are the program's
+own, checked only for their form. Nothing here imports TensorFlow, and only
+the SDK of the kind asked is imported: the program prints its YAML in about a
+second (`tests/estimator_dist/manifest_test.py` checks that it imports none).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 from absl import flags
 
@@ -20,7 +22,14 @@ from estimator_dist.base import settings
 from estimator_dist.base.errors import UsageError
 from estimator_dist.config import train_flags
 from estimator_dist.config.train_args import parse_args
-from estimator_dist.kubernetes import tfjob
+from estimator_dist.kubernetes import job_settings, pod, validate
+from estimator_dist.kubernetes.job_settings import (
+    INDEXED_JOB,
+    JOBSET,
+    TFJOB,
+    TRAINJOB,
+    ManifestSettings,
+)
 from estimator_dist.programs import config as script_config
 
 
@@ -40,8 +49,8 @@ def parse_train_args(args: Sequence[str]) -> flags.FlagValues:
     return parse_args(args)
 
 
-def _script_settings(f: flags.FlagValues, args: Sequence[str]) -> tfjob.TFJobSettings:
-    """The TFJob of a `--script` or `--module` job, checked without TensorFlow.
+def _script_settings(f: flags.FlagValues, args: Sequence[str]) -> ManifestSettings:
+    """The manifest of a `--script` or `--module` job, checked without TensorFlow.
 
     Raises:
       UsageError: for a bad flag, program name, no model_dir, or ps replicas.
@@ -65,7 +74,7 @@ def _script_settings(f: flags.FlagValues, args: Sequence[str]) -> tfjob.TFJobSet
     communication = "NCCL" if f.gpus_per_worker and not chosen else config.communication
     config = dataclasses.replace(config, model_dir=model_dir, communication=communication)
     return settings.from_flags(
-        tfjob.TFJobSettings,
+        ManifestSettings,
         f,
         model_dir=model_dir,
         train_args=tuple(config.to_args()),
@@ -76,15 +85,16 @@ def _script_settings(f: flags.FlagValues, args: Sequence[str]) -> tfjob.TFJobSet
 
 
 def generate(f: flags.FlagValues, train_args: Sequence[str]) -> Tuple[str, List[str]]:
-    """The TFJob's YAML and the warnings for it, from parsed manifest flags.
+    """The manifest's YAML and the warnings for it, from parsed manifest flags.
 
     Raises:
-      UsageError: for a bad flag of either program, or a job that cannot run.
-      Error: if the Kubeflow Training SDK is missing.
+      UsageError: for a bad flag of either program, a job that cannot run, or
+        a document its schema refuses.
+      Error: if the kind's SDK is missing.
     """
     if f.script or f.module or f.package_path is not None:
-        job_settings = _script_settings(f, train_args)
-        return tfjob.to_yaml(tfjob.build_tfjob(job_settings)), job_settings.warnings()
+        manifest_settings = _script_settings(f, train_args)
+        return _checked_yaml(manifest_settings), manifest_settings.warnings()
     given = [name for name in script_config.FLAG_NAMES if f[name].present]
     if given:
         raise UsageError(
@@ -94,8 +104,8 @@ def generate(f: flags.FlagValues, train_args: Sequence[str]) -> Tuple[str, List[
     parsed = parse_train_args(train_args)
     job = train_flags.job_from_flags(parsed, read_data=False)
     chosen = parsed["communication"].present
-    job_settings = settings.from_flags(
-        tfjob.TFJobSettings,
+    manifest_settings = settings.from_flags(
+        ManifestSettings,
         f,
         model_dir=job.run.model_dir,
         train_args=tuple(train_args),
@@ -103,5 +113,35 @@ def generate(f: flags.FlagValues, train_args: Sequence[str]) -> Tuple[str, List[
         strategy=job.strategy.name,
         communication=job.strategy.communication if chosen else None,
     )
-    tfjob.check_train_job(job_settings, job)
-    return tfjob.to_yaml(tfjob.build_tfjob(job_settings)), job_settings.warnings()
+    job_settings.check_train_job(manifest_settings, job)
+    return _checked_yaml(manifest_settings), manifest_settings.warnings()
+
+
+def documents(manifest_settings: ManifestSettings) -> List[Dict[str, Any]]:
+    """The kind's documents as `kubectl` reads them, building them with that kind's SDK only.
+
+    Raises:
+      Error: if the kind's SDK is missing.
+    """
+    if manifest_settings.kind == TFJOB:
+        from estimator_dist.kubernetes import tfjob
+
+        return [pod.serialize(tfjob.build_tfjob(manifest_settings))]
+    if manifest_settings.kind == INDEXED_JOB:
+        from estimator_dist.kubernetes import indexed_job
+
+        return [pod.serialize(doc) for doc in indexed_job.build_indexed_jobs(manifest_settings)]
+    if manifest_settings.kind == JOBSET:
+        from estimator_dist.kubernetes import jobset
+
+        return [jobset.build_jobset(manifest_settings).to_dict()]
+    assert manifest_settings.kind == TRAINJOB, manifest_settings.kind
+    from estimator_dist.kubernetes import trainjob
+
+    return [doc.to_dict() for doc in trainjob.build_trainjob(manifest_settings)]
+
+
+def _checked_yaml(manifest_settings: ManifestSettings) -> str:
+    built = documents(manifest_settings)
+    validate.validate(built)
+    return pod.to_yaml(built)

@@ -17,7 +17,7 @@ from absl import flags
 
 from estimator_dist import manifest
 from estimator_dist.base import cli, exit_codes
-from estimator_dist.kubernetes import tfjob
+from estimator_dist.kubernetes import job_settings
 from tests import procs
 
 NAME, IMAGE = "mnist", "registry.example.com/trainer:1.0"
@@ -155,7 +155,7 @@ def test_the_grace_period_leaves_a_margin_over_the_preemption_grace(grace, expec
     job, _ = generated(job_args("--evaluator", train=train), capsys)
     for spec in job.spec.tf_replica_specs.values():
         assert spec.template.spec.termination_grace_period_seconds == expected
-    assert tfjob.GRACE_MARGIN_SECS == 5
+    assert job_settings.GRACE_MARGIN_SECS == 5
 
 
 def test_parameter_servers_with_an_evaluator_warn_about_pods_left_running(capsys):
@@ -204,7 +204,7 @@ def test_parameter_servers_with_an_evaluator_warn_about_pods_left_running(capsys
         ),
         (job_args(train=(REMOTE, "extra")), ["positional arguments after '--'", "['extra']"]),
         (job_args("--pvc=runs"), ["--pvc=runs", "CLAIM:/mount/path"]),
-        (job_args("--env=TF_CONFIG={}"), ["--env=TF_CONFIG", "the operator writes"]),
+        (job_args("--env=TF_CONFIG={}"), ["--env=TF_CONFIG", "or the manifest writes"]),
         (job_args("--label=team"), ["--label=team", "KEY=VALUE"]),
     ],
 )

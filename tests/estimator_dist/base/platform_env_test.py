@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from estimator_dist.base import pod_env
 from estimator_dist.base.cluster import TF_CONFIG_SOURCE_NOTE, ClusterConfig
 from estimator_dist.base.errors import ClusterConfigError, UsageError
 from estimator_dist.base.platform_env import (
@@ -157,3 +158,100 @@ def test_the_same_tf_config_without_sagemakers_ps_mode_runs(params):
         environ["SM_FRAMEWORK_PARAMS"] = params
     config = cluster_from_environment(environ)
     assert (config.role, config.num_ps) == ("chief-0", 2)
+
+
+# The pods of a JobSet (or a Kubeflow Trainer v2 TrainJob) and of plain Indexed Jobs: the
+# environment the manifests of estimator_dist.manifest give them (pod_env.py).
+
+
+def jobset_pod(group, index, replicas="chief=1,worker=2,ps=1,evaluator=1", **extra):
+    """A JobSet pod's environment: JobSet's labels through the downward API, the literals."""
+    env = {
+        "ESTIMATOR_DIST_REPLICAS": replicas,
+        "ESTIMATOR_DIST_SUBDOMAIN": "mnist",
+        "ESTIMATOR_DIST_PORT": "2222",
+        "ESTIMATOR_DIST_REPLICATED_JOB": group,
+        "ESTIMATOR_DIST_JOBSET": "mnist",
+        "ESTIMATOR_DIST_JOB_INDEX": "0",
+        "JOB_COMPLETION_INDEX": str(index),
+        "HOSTNAME": f"mnist-{group}-0-{index}",
+    }
+    env.update(extra)
+    return {key: value for key, value in env.items() if value is not None}
+
+
+@pytest.mark.parametrize(
+    "group, index, role",
+    [
+        ("train", 0, "chief-0"),
+        ("train", 1, "worker-0"),
+        ("train", 2, "worker-1"),
+        ("ps", 0, "ps-0"),
+        ("evaluator", 0, "evaluator-0"),
+    ],
+)
+def test_every_jobset_pod_builds_the_same_cluster_from_its_labels(group, index, role):
+    config = cluster_from_environment(jobset_pod(group, index))
+    assert config.role == role
+    assert dict(config.jobs) == {
+        "chief": ("mnist-train-0-0.mnist:2222",),
+        "worker": ("mnist-train-0-1.mnist:2222", "mnist-train-0-2.mnist:2222"),
+        "ps": ("mnist-ps-0-0.mnist:2222",),
+    }
+    assert config.notes[0] == pod_env.POD_NOTE.format(source="JobSet's labels")
+
+
+def test_an_indexed_job_pod_builds_its_cluster_from_the_job_names():
+    env = jobset_pod(
+        "train",
+        1,
+        replicas="chief=1,worker=1,evaluator=1",
+        ESTIMATOR_DIST_JOBSET=None,
+        ESTIMATOR_DIST_JOB_INDEX=None,
+        ESTIMATOR_DIST_NAME="mnist",
+        HOSTNAME="mnist-train-1",
+    )
+    config = cluster_from_environment(env)
+    assert config.role == "worker-0"
+    assert dict(config.jobs) == {
+        "chief": ("mnist-train-0.mnist:2222",),
+        "worker": ("mnist-train-1.mnist:2222",),
+    }
+    evaluator = dict(env, ESTIMATOR_DIST_REPLICATED_JOB="evaluator", JOB_COMPLETION_INDEX="0")
+    evaluator["HOSTNAME"] = "mnist-evaluator-0"
+    assert cluster_from_environment(evaluator).role == "evaluator-0"
+
+
+def test_an_explicit_tf_config_wins_over_the_pod_environment():
+    tf_config = json.dumps({"cluster": {"chief": ["a:1"]}, "task": {"type": "chief", "index": 0}})
+    env = jobset_pod("train", 1, TF_CONFIG=tf_config)
+    assert dict(cluster_from_environment(env).jobs) == {"chief": ("a:1",)}
+    # Without the manifest's variables nothing is built: a single process.
+    assert not cluster_from_environment({"JOB_COMPLETION_INDEX": "1"}).is_distributed
+
+
+@pytest.mark.parametrize(
+    "changes, variable, received, source",
+    [
+        ({"JOB_COMPLETION_INDEX": None}, "JOB_COMPLETION_INDEX", "is unset", "completionMode"),
+        ({"ESTIMATOR_DIST_REPLICATED_JOB": None}, "REPLICATED_JOB", "is unset", "replicatedjob"),
+        ({"ESTIMATOR_DIST_REPLICATED_JOB": "worker"}, "REPLICATED_JOB", "'worker'", "literal"),
+        ({"ESTIMATOR_DIST_JOBSET": ""}, "ESTIMATOR_DIST_JOBSET", "''", "jobset-name"),
+        ({"ESTIMATOR_DIST_JOB_INDEX": "1"}, "JOB_INDEX", "'1'", "job-index"),
+        ({"ESTIMATOR_DIST_SUBDOMAIN": None}, "SUBDOMAIN", "is unset", "network.subdomain"),
+        ({"ESTIMATOR_DIST_PORT": "http"}, "ESTIMATOR_DIST_PORT", "'http'", "container port"),
+        ({"ESTIMATOR_DIST_REPLICAS": "chief=1,gpu=2"}, "REPLICAS", "gpu=2", "a literal"),
+        ({"ESTIMATOR_DIST_REPLICAS": "worker=2"}, "REPLICAS", "worker=2", "a literal"),
+        ({"JOB_COMPLETION_INDEX": "3"}, "JOB_COMPLETION_INDEX", "'3'", "completions"),
+        ({"HOSTNAME": "mnist-train-0-1-x7k2p"}, "HOSTNAME", "x7k2p", "enableDNSHostnames"),
+    ],
+)
+def test_a_missing_or_wrong_piece_exits_2_naming_it_and_its_manifest_field(
+    changes, variable, received, source
+):
+    with pytest.raises(ClusterConfigError) as raised:
+        cluster_from_environment(jobset_pod("train", 1, **changes))
+    message = str(raised.value)
+    assert raised.value.exit_code == 2
+    assert variable in message and received in message and source in message
+    assert message.endswith(pod_env.FIX)

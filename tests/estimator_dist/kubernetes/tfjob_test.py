@@ -1,4 +1,4 @@
-"""`TFJobSettings` and the TFJob built from it, without the command line."""
+"""`ManifestSettings` and the TFJob built from it, without the command line."""
 
 import doctest
 import json
@@ -8,7 +8,8 @@ import yaml
 
 from estimator_dist.base.cluster import parse_tf_config
 from estimator_dist.base.errors import UsageError
-from estimator_dist.kubernetes import tfjob
+from estimator_dist.kubernetes import job_settings, pod, tfjob
+from estimator_dist.kubernetes.job_settings import Mount
 
 
 def settings(**overrides):
@@ -20,7 +21,7 @@ def settings(**overrides):
         train_args=("--model_dir=gs://bucket/run1",),
     )
     values.update(overrides)
-    return tfjob.TFJobSettings(**values)
+    return job_settings.ManifestSettings(**values)
 
 
 def test_docstring_examples_hold():
@@ -29,7 +30,7 @@ def test_docstring_examples_hold():
 
 def test_every_task_parses_the_tf_config_the_operator_writes():
     job = settings(evaluator=True, num_ps=2, namespace="team-a")
-    for kind, count in job.replicas().items():
+    for kind, count in tfjob.replicas(job).items():
         for index in range(count):
             cluster = parse_tf_config(json.dumps(tfjob.operator_tf_config(job, kind, index)))
             assert (cluster.task_type, cluster.task_index) == (kind.lower(), index)
@@ -45,8 +46,8 @@ def test_every_task_parses_the_tf_config_the_operator_writes():
     [
         ("s3://bucket/run1", ()),
         ("hdfs://namenode/run1", ()),
-        ("/mnt/runs", (tfjob.Mount("runs", "/mnt/runs"),)),
-        ("/mnt/runs/a/../b", (tfjob.Mount("runs", "/mnt/runs"),)),
+        ("/mnt/runs", (Mount("runs", "/mnt/runs"),)),
+        ("/mnt/runs/a/../b", (Mount("runs", "/mnt/runs"),)),
     ],
 )
 def test_a_shared_model_dir_is_accepted(model_dir, mounts):
@@ -58,7 +59,7 @@ def test_a_shared_model_dir_is_accepted(model_dir, mounts):
 )
 def test_a_model_dir_outside_every_mount_is_refused(model_dir):
     with pytest.raises(UsageError, match="under no shared volume"):
-        settings(model_dir=model_dir, mounts=(tfjob.Mount("runs", "/mnt/runs"),))
+        settings(model_dir=model_dir, mounts=(Mount("runs", "/mnt/runs"),))
 
 
 @pytest.mark.parametrize(
@@ -72,11 +73,11 @@ def test_a_model_dir_outside_every_mount_is_refused(model_dir):
 )
 def test_bad_mounts_are_refused(text, message):
     with pytest.raises(UsageError, match=message):
-        tfjob.Mount.parse(text)
+        Mount.parse(text)
 
 
 def test_two_claims_at_one_path_are_refused():
-    mounts = (tfjob.Mount.parse("a:/mnt/x"), tfjob.Mount.parse("b:/mnt/x/"))
+    mounts = (Mount.parse("a:/mnt/x"), Mount.parse("b:/mnt/x/"))
     with pytest.raises(UsageError, match="same path"):
         settings(model_dir="/mnt/x/run", mounts=mounts)
 
@@ -91,7 +92,8 @@ def test_the_name_leaves_room_for_the_longest_service_name(workers, evaluator, l
 
 
 def test_the_yaml_has_no_empty_fields_and_keeps_the_sdk_order():
-    document = yaml.safe_load(tfjob.to_yaml(tfjob.build_tfjob(settings(num_workers=1))))
+    built = pod.serialize(tfjob.build_tfjob(settings(num_workers=1)))
+    document = yaml.safe_load(pod.to_yaml([built]))
     assert list(document) == ["apiVersion", "kind", "metadata", "spec"]
     assert document["metadata"] == {"name": "mnist", "namespace": "default"}
     assert list(document["spec"]["tfReplicaSpecs"]) == ["Chief"]
