@@ -99,6 +99,19 @@ internals these are.
    task since every task makes the same calls. Shown by
    `tests/estimator_dist/programs/loop_test.py` (two models in one program).
 
+10. **No second save of the checkpoint a session restored**
+   (`CheckpointSaverHook.after_create_session`). On session creation the
+   chief's hook saves the step the session starts at; after a restart that is
+   the step it has just restored, saved again under the same name. Writing a
+   checkpoint's `.index` truncates the file first, so a worker (every
+   MultiWorkerMirroredStrategy worker restores the files itself) or the
+   evaluator reading it at that moment fails: `DataLossError: file is too
+   short to be an sstable`, 1 restart in 11 under load. When the latest
+   checkpoint already holds the session's step, that save is skipped (the
+   graph and meta graph are still written); a fresh start saves its step 0 as
+   before. Every later save is of a new step, which no task restores. Shown by
+   `tests/estimator_dist/guards/checkpoints_test.py`.
+
 Example:
   >>> install()
   >>> installed()
@@ -108,10 +121,12 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
+from absl import logging
 from tensorflow.python.autograph.impl.api import autograph_artifact
 from tensorflow.python.data.ops import multi_device_iterator_ops
 from tensorflow.python.distribute import collective_all_reduce_strategy, cross_device_utils
@@ -150,6 +165,7 @@ def install() -> None:
     _replace(multi_device_iterator_ops, "_create_device_dataset", _create_device_dataset)
     _replace(estimator_lib.Estimator, "_call_model_fn", _call_model_fn)
     _replace(_SAVER_HOOK, "__init__", _saver_hook_init)
+    _replace(_SAVER_HOOK, "after_create_session", _saver_hook_after_create_session)
     _replace(training_lib, "time", _TrainingTime())
     # Unchanged until `stop_session_recovery()`; recorded so that uninstall restores it.
     _replace(monitored_session, "_PREEMPTION_ERRORS", monitored_session._PREEMPTION_ERRORS)
@@ -343,6 +359,26 @@ def _initialize_strategy(extended: Any, cluster_resolver: Any, devices: Any) -> 
 def _saver_hook_init(hook: Any, *args: Any, **kwargs: Any) -> None:
     _original(_SAVER_HOOK, "__init__")(hook, *args, **kwargs)
     hook._set_steps_per_run(1)
+
+
+# --- 10: no second save of the checkpoint a session restored --------------------------
+
+
+def _saver_hook_after_create_session(hook: Any, session: Any, coord: Any) -> None:
+    step = int(session.run(hook._global_step_tensor))
+    latest = tf.train.latest_checkpoint(hook._checkpoint_dir)
+    saved = latest is not None and os.path.basename(latest) == (
+        f"{os.path.basename(hook._save_path)}-{step}"
+    )
+    if saved:
+        # The instance attribute hides the method for this one call.
+        hook._save = lambda session, step: False
+        logging.info("Checkpoint %s holds global step %d already; not saved again.", latest, step)
+    try:
+        _original(_SAVER_HOOK, "after_create_session")(hook, session, coord)
+    finally:
+        if saved:
+            del hook._save
 
 
 # --- 9: fresh collective instance keys for every graph --------------------------------

@@ -191,11 +191,14 @@ class ScriptTask:
         """
         import tensorflow as tf
 
+        from estimator_dist.guards.checkpoints import settle_for_task
         from estimator_dist.guards.rendezvous import exchange
 
         if self._joined:
             return {}  # Only the first call's values were exchanged.
         config = self._config
+        # The chief settles the checkpoints before it answers; the others restore after it.
+        settle_for_task(self._cluster, model_dir, config.startup_timeout)
         full = {
             "cluster": {name: list(ports) for name, ports in self._cluster.jobs.items()},
             "model_dir": model_dir,

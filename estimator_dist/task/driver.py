@@ -25,10 +25,11 @@ from typing import List, Optional, Tuple, Union
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist.base import console, files, status, tf_patches
+from estimator_dist.base import console, files, precision, status, tf_patches
 from estimator_dist.base.cluster import CHIEF, EVALUATOR, WORKER, ClusterConfig
 from estimator_dist.base.errors import DataError, Error
 from estimator_dist.config.job import JobConfig, check_batch
+from estimator_dist.guards.checkpoints import settle_for_task
 from estimator_dist.guards.evaluator_watchdog import EvaluatorWatchdog
 from estimator_dist.guards.preemption import Preemption
 from estimator_dist.guards.rendezvous import rendezvous
@@ -83,6 +84,8 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     )
     startup.mark("strategies")
     preemption = _start_preemption(job, cluster)
+    with refused_writes(job.run.model_dir):  # The chief settles before the others may restore.
+        settle_for_task(cluster, job.run.model_dir, job.startup_timeout)
     preemption.joined(rendezvous(cluster, records.job_view(job, cluster), job.startup_timeout))
     startup.mark("rendezvous")
     if cluster.task_type in (None, CHIEF, WORKER):
@@ -174,7 +177,8 @@ def make_estimator(
     # "saver": the default object-based format builds its Saver inside the replica context,
     # where batch normalization's moving statistics cannot be read ("Method requires being
     # in cross-replica context" at the first step of any Keras model with BatchNormalization).
-    with files.model_dir_lock(job.run.model_dir, "keras_bridge"):
+    used = precision.resolve(job.run.precision.mixed_precision, job.strategy.num_gpus)
+    with files.model_dir_lock(job.run.model_dir, "keras_bridge"), precision.keras_policy(used):
         return tf.keras.estimator.model_to_estimator(
             keras_model=build_keras_model(job, checked.feature_specs),
             config=run_config,

@@ -34,6 +34,7 @@ from tests.procs import (
     measured,
     read_every_checkpoint,
     report,
+    run_module,
     started_pids,
     tasks,
     wait_for_checkpoint,
@@ -223,6 +224,68 @@ def test_kill_during_checkpoint_save_leaves_a_loadable_checkpoint(tmp_path, data
         f"the job resumed from step {step} exited {codes}, expected 0", procs
     )
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith(f"model.ckpt-{step + 30}")
+    # The restarted chief removed the killed save's `_temp` before any task could write.
+    assert not glob.glob(str(tmp_path / "*_temp*")), os.listdir(tmp_path)
+
+
+#: The chief's one line when it skips checkpoints, moves them aside and cleans a `_temp`.
+SKIPPED_LINE = (
+    r"\[chief\] estimator_dist: skipped checkpoints model\.ckpt-300 \(its \.data is cut short: "
+    r"model\.ckpt-300\.data-00000-of-00001 has [\d,]+ bytes, too few for '[^']+'\); "
+    r"model\.ckpt-200 \(its \.index file is missing\); moved to {corrupt}; resuming from "
+    r"model\.ckpt-100; removed model\.ckpt-400_temp \(left by a save that never finished\)\."
+)
+
+
+@pytest.mark.timeout(360)
+def test_a_corrupt_and_a_partial_checkpoint_are_skipped_and_the_job_ends_at_its_steps(
+    tmp_path, data_dir
+):
+    # A job's checkpoints 0, 100, 200, 300, damaged as a filled disk, a lost file and a chief
+    # killed mid-save leave them; then the job goes on to 400 under the launcher.
+    model_dir = str(tmp_path)
+    args = task_args(model_dir, data_dir, "--save_checkpoints_steps=100")
+    run_module("estimator_dist.train", [*args, "--train_steps=300"], 180, model_dir=model_dir)
+    data = tmp_path / "model.ckpt-300.data-00000-of-00001"
+    os.truncate(data, data.stat().st_size // 2)
+    os.remove(tmp_path / "model.ckpt-200.index")
+    os.makedirs(tmp_path / "model.ckpt-400_temp")
+    restored = (tmp_path / "model.ckpt-100.index").stat()
+    launch = ["--num_workers=2", "--evaluator", "--max_restarts=0", "--timeout_secs=240", "--"]
+    run = run_module(
+        "estimator_dist.launch", [*launch, *args, "--train_steps=400"], 300, model_dir=model_dir
+    )
+
+    corrupt = re.escape(os.path.join(model_dir, "corrupt", ""))
+    lines = re.findall(SKIPPED_LINE.format(corrupt=corrupt), run.output, re.M)
+    assert len(lines) == 1, report(f"{len(lines)} lines naming the skipped checkpoints", run.output)
+    assert sorted(os.listdir(tmp_path / "corrupt")) == [
+        "model.ckpt-200.no-index",
+        "model.ckpt-300.cut-short",
+    ]
+    assert sorted(os.listdir(tmp_path / "corrupt" / "model.ckpt-300.cut-short")) == [
+        "model.ckpt-300.data-00000-of-00001",
+        "model.ckpt-300.index",
+        "model.ckpt-300.meta",
+    ]
+    assert not os.path.exists(tmp_path / "model.ckpt-400_temp")
+    logs = {
+        name: (tmp_path / "logs" / f"{name}.log").read_text() for name in ("chief-0", "worker-0")
+    }
+    for name, log in logs.items():
+        assert f"Restoring parameters from {model_dir}/model.ckpt-100" in log, report(
+            f"{name} did not restore model.ckpt-100", logs
+        )
+    # Not saved again on session creation while the worker restored it (tf_patches 10).
+    again = (tmp_path / "model.ckpt-100.index").stat()
+    assert (again.st_ino, again.st_mtime_ns) == (restored.st_ino, restored.st_mtime_ns)
+    assert "holds global step 100 already; not saved again" in logs["chief-0"]
+    latest = tf.train.latest_checkpoint(model_dir)
+    assert latest.endswith("model.ckpt-400"), report(f"latest checkpoint {latest}", run.output)
+    assert tf.train.load_checkpoint(latest).get_tensor("global_step") == 400
+    final = json.load(open(tmp_path / "eval_metrics.json"))
+    assert final["final"] and final["metrics"]["global_step"] == 400
+    measured("corrupt_checkpoint", resumed_from=100, steps_lost=300 - 100)
 
 
 @pytest.mark.timeout(240)

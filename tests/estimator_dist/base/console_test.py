@@ -228,8 +228,14 @@ class Recorded(ProgressHook):
 
 @pytest.fixture
 def lines(monkeypatch):
+    """The progress lines logged (`[ 20%] loss = ...`), not other INFO lines such as a patch's."""
     logged = []
-    monkeypatch.setattr(guards.logging, "info", lambda fmt, *args: logged.append(fmt % args))
+
+    def info(fmt, *args):
+        if (fmt % args).startswith("["):
+            logged.append(fmt % args)
+
+    monkeypatch.setattr(guards.logging, "info", info)
     return logged
 
 
