@@ -27,8 +27,11 @@ demo: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 $(VENV)/bin/python -m estimator_dist.launch --num_workers=2 --evaluator --timeout_secs=600 -- \
 		--data_dir=$(DATA_DIR) --train_steps=400 --batch_size=64 --communication=RING --eval_throttle_secs=2
 
+# Two test processes, each taking whole files (module fixtures run once): the end-to-end
+# tests spend much of their time waiting on process start-ups, rendezvous and evaluations, so
+# two of them share 2 cores well. Timings: docs/development.md#the-suites-size-and-time.
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest -n 2 --dist loadfile
 
 # Leaves out the tests marked multiprocess or slow (see pytest.ini): workers, launchers,
 # clusters, and single-process tests that take seconds.

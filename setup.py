@@ -60,6 +60,8 @@ setup(
         "test": [
             "pytest>=7",
             "pytest-timeout>=2.1",
+            # `make test` runs the suite in two processes (`-n 2 --dist loadfile`).
+            "pytest-xdist>=3.5",
             "ruff==0.17.6",
             "matplotlib>=3.7",
             "pandas>=1.5",
