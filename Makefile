@@ -36,7 +36,7 @@ test: $(STAMP)
 # Leaves out the tests marked multiprocess or slow (see pytest.ini): workers, launchers,
 # clusters, and single-process tests that take seconds.
 test-fast: $(STAMP)
-	$(VENV)/bin/python -m pytest -m "not multiprocess and not slow"
+	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -m "not multiprocess and not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
