@@ -12,23 +12,21 @@ sets each pod's hostname to `<job>-<completionIndex>` and its subdomain to
 sets `JOB_COMPLETION_INDEX` and the hostname `<job>-<index>` in each pod; the
 pod spec's `subdomain` is kept. The downward API resolves
 `valueFrom.fieldRef: metadata.labels['...']` to the label's value, or to an
-empty string when the pod has no such label.
+empty string when the pod has no such label. `KindRun` runs those pods with
+`tests/pod_emulation.py` (network namespaces, processes, the run's lifecycle),
+as `tests/tfjob_operator.py` does, under the JobSet and Job controllers' rules.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import signal
-import subprocess
 import sys
-import threading
 import time
-from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from estimator_dist.base import status
-from tests.procs import report
-from tests.tfjob_operator import _SEQUENCE, REPO, _exit_code, _kill_group, _Network, _Pod
+from tests.pod_emulation import REPO, PodRun, Sandbox, exit_code
 
 JOBSET_LABEL = "jobset.sigs.k8s.io/"
 
@@ -177,7 +175,7 @@ class Slot:
     """One pod slot (`<job>-<index>`) across every pod created for it."""
 
     pod: Pod
-    sandbox: Optional[_Pod] = None
+    sandbox: Optional[Sandbox] = None
     exit_codes: List[int] = dataclasses.field(default_factory=list)
     addresses: List[str] = dataclasses.field(default_factory=list)
     events: List[Tuple[float, status.Event]] = dataclasses.field(default_factory=list)
@@ -187,7 +185,7 @@ class Slot:
     not_before: float = 0.0  # the Job controller's back-off before it creates the pod again
 
 
-class KindRun:
+class KindRun(PodRun):
     """Runs a JobSet (or a TrainJob's) or Indexed Job manifest's pods until it ends.
 
     The rules, read from JobSet v0.8 (pkg/controllers/jobset_controller.go,
@@ -219,9 +217,11 @@ class KindRun:
     `DisruptionTarget` (no eviction API), and the Job controller's pod finalizers.
     """
 
+    NETNS_PREFIX = "jsc"
+
     def __init__(self, documents: Sequence[Mapping], log_dir: str, backoff_secs: float = 10.0):
+        super().__init__(log_dir)
         self.documents = documents
-        self.log_dir = log_dir
         self.backoff_secs = backoff_secs
         self.is_jobset = any(d["kind"] in ("JobSet", "TrainingRuntime") for d in documents)
         self.slots = {p.name: Slot(p) for p in pods(documents)}
@@ -232,64 +232,16 @@ class KindRun:
         )
         self.jobset_spec = spec.get("template", {}).get("spec", spec)
         self.restarts = 0
-        self.condition: Optional[str] = None
-        self.message = ""
-        self.events: List[Tuple[float, str]] = []
         self._restarting = False
-        self._lock = threading.RLock()
-        self._changed = threading.Condition(self._lock)
-        self._stop = threading.Event()
-        self._threads: List[threading.Thread] = []
-        self._network: Optional[_Network] = None
 
-    def __enter__(self) -> KindRun:
-        os.makedirs(self.log_dir, exist_ok=True)
-        try:
-            self._network = _Network(f"jsc{os.getpid()}x{next(_SEQUENCE)}")
-            self._spawn(self._control)
-        except BaseException:
-            self.close()
-            raise
-        return self
+    def _pod_names(self) -> Iterable[str]:
+        return self.slots
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def _sandboxes(self) -> List[Sandbox]:
+        return [s.sandbox for s in self.slots.values() if s.sandbox]
 
-    def close(self) -> None:
-        """Kills every process at once and removes everything this run created."""
-        self._stop.set()
-        if self._threads:
-            self._threads[0].join(timeout=30)
-        with self._lock:
-            sandboxes = [s.sandbox for s in self.slots.values() if s.sandbox]
-        for sandbox in sandboxes:
-            if sandbox.process:
-                _kill_group(sandbox.process.pid)
-                sandbox.process.wait()
-        for thread in self._threads[1:]:
-            thread.join(timeout=30)
-        if self._network:
-            self._network.close()
-
-    def _spawn(self, target: object, *args: object) -> threading.Thread:
-        thread = threading.Thread(target=target, args=args, daemon=True)
-        self._threads.append(thread)
-        thread.start()
-        return thread
-
-    def _event(self, text: str) -> None:
-        self.events.append((time.monotonic(), text))
-        self._changed.notify_all()
-
-    def _control(self) -> None:
-        while not self._stop.is_set():
-            with self._lock:
-                try:
-                    self._reconcile()
-                except Exception as error:  # reported by `wait`, with the pods' logs
-                    self._finish("Error", f"the emulation failed: {error!r}")
-                    return
-            self._stop.wait(0.1)
+    def _status_events(self, name: str) -> List[Tuple[float, status.Event]]:
+        return self.slots[name].events
 
     def _reconcile(self) -> None:
         if self.condition:
@@ -310,55 +262,22 @@ class KindRun:
             elif slot.sandbox and not slot.sandbox.deleting:
                 code = slot.sandbox.process.poll()
                 if code is not None:
-                    self._exited(slot, _exit_code(code))
+                    self._exited(slot, exit_code(code))
         if not self.condition and not self._restarting:
             self._decide_success()
 
     def _create(self, slot: Slot) -> None:
-        namespace, address = self._network.add(next(_SEQUENCE))
-        slot.sandbox = _Pod(namespace, address)
-        slot.addresses.append(address)
+        slot.sandbox = sandbox = self._new_sandbox(Sandbox)
+        slot.addresses.append(sandbox.address)
         slot.created += 1
         self._publish()  # Before the start: `ip netns exec` mounts the hosts file if it exists.
         env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")}
         env.update(slot.pod.env)
-        read_fd, write_fd = os.pipe()
-        env[status.STATUS_FD_ENV] = str(write_fd)  # the tests read what each task did
         command = list(slot.pod.command)
         if command[0] == "python":
             command[0] = sys.executable
-        try:
-            slot.sandbox.process = subprocess.Popen(
-                ["ip", "netns", "exec", namespace, *command],
-                cwd=REPO,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                errors="replace",
-                start_new_session=True,
-                pass_fds=(write_fd,),
-            )
-        finally:
-            os.close(write_fd)
-        self._event(f"created pod {slot.pod.name} at {address} (pid {slot.sandbox.process.pid})")
-        self._spawn(self._read, slot, slot.sandbox.process)
-        self._spawn(self._read_status, slot, open(read_fd, errors="replace"))
-
-    def _read(self, slot: Slot, process: subprocess.Popen) -> None:
-        with open(os.path.join(self.log_dir, f"{slot.pod.name}.log"), "a") as log:
-            log.write(f"===== {slot.pod.name}: container started (pid {process.pid}) =====\n")
-            for line in process.stdout:
-                log.write(line)
-                log.flush()
-
-    def _read_status(self, slot: Slot, channel: TextIO) -> None:
-        with channel:
-            for event in status.EventReader().read(channel):
-                with self._lock:
-                    slot.events.append((time.monotonic(), event))
-                    self._changed.notify_all()
+        started = f"created pod {slot.pod.name} at {sandbox.address}"
+        self._start_container(slot.pod.name, sandbox, command, REPO, env, started)
 
     def _exited(self, slot: Slot, code: int) -> None:
         """The Job controller and JobSet see pod `slot` terminated with `code`."""
@@ -392,22 +311,22 @@ class KindRun:
     def _job_failed(self, job: str, reason: str) -> None:
         self._event(f"Job {job} failed: {reason}")
         if not self.is_jobset:
-            self._terminate([s for s in self.slots.values() if s.pod.job == job])
+            self._terminate_all([s for s in self.slots.values() if s.pod.job == job])
             self._finish("Failed", f"Job {job} failed ({reason})")
             return
         policy = self.jobset_spec.get("failurePolicy", {})
         for rule in policy.get("rules", []):
             if reason in rule.get("onJobFailureReasons", [reason]):
                 assert rule["action"] == "FailJobSet", rule
-                self._terminate(list(self.slots.values()))
+                self._terminate_all(list(self.slots.values()))
                 self._finish("Failed", f"rule {rule['name']}: Job {job} failed ({reason})")
                 return
         if self.restarts >= policy.get("maxRestarts", 0):
-            self._terminate(list(self.slots.values()))
+            self._terminate_all(list(self.slots.values()))
             self._finish("Failed", f"Job {job} failed ({reason}) after {self.restarts} restarts")
             return
         self._restarting = True
-        self._terminate(list(self.slots.values()))
+        self._terminate_all(list(self.slots.values()))
 
     def _decide_success(self) -> None:
         if self.is_jobset:
@@ -418,10 +337,6 @@ class KindRun:
         if all(s.succeeded for s in slots):
             self._finish("Succeeded", "every Job of the success policy completed")
 
-    def _finish(self, condition: str, message: str) -> None:
-        self.condition, self.message = condition, message
-        self._event(f"{condition}: {message}")
-
     def _publish(self) -> None:
         names = {}
         for slot in self.slots.values():
@@ -431,32 +346,17 @@ class KindRun:
 
     def _remove(self, slot: Slot) -> None:
         sandbox, slot.sandbox = slot.sandbox, None
-        _kill_group(sandbox.process.pid)  # the runtime kills what is left in the container
-        self._network.remove(sandbox.namespace)
-        self._publish()
+        self._remove_sandbox(sandbox)
 
-    def _terminate(self, slots: Sequence[Slot]) -> None:
+    def _terminate_all(self, slots: Sequence[Slot]) -> None:
         for slot in slots:
             if slot.sandbox and not slot.sandbox.deleting:
                 slot.sandbox.deleting = True
                 self._spawn(self._delete, slot, False)
 
     def _delete(self, slot: Slot, by_user: bool) -> None:
-        """What the kubelet does with a deleted pod: SIGTERM, the grace period, SIGKILL."""
-        process = slot.sandbox.process
+        code = self._terminate(slot.pod.name, slot.sandbox.process, slot.pod.grace_secs)
         with self._lock:
-            self._event(f"deleting {slot.pod.name}: SIGTERM")
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=slot.pod.grace_secs)
-            except subprocess.TimeoutExpired:
-                with self._lock:
-                    self._event(f"{slot.pod.name} outlived its grace period: SIGKILL")
-                _kill_group(process.pid)
-                process.wait()
-        with self._lock:
-            code = _exit_code(process.returncode)
             if by_user:  # a failed pod, which the Job controller counts
                 self._exited(slot, code)
             else:
@@ -473,38 +373,3 @@ class KindRun:
             slot.sandbox.deleting = True
             thread = self._spawn(self._delete, slot, True)
         thread.join()
-
-    def wait(self, timeout: float) -> str:
-        """Waits for the run to finish; returns "Succeeded" or "Failed"."""
-        with self._lock:
-            if not self._changed.wait_for(lambda: self.condition, timeout):
-                raise AssertionError(report(f"the job did not finish in {timeout} s", self.logs()))
-            return self.condition
-
-    def wait_for_event(
-        self, name: str, kind: type, timeout: float, since: float = 0.0
-    ) -> Tuple[float, status.Event]:
-        """Waits for an event of type `kind` from pod slot `name`, read at or after `since`."""
-        events = self.slots[name].events
-
-        def find() -> Optional[Tuple[float, status.Event]]:
-            return next(((t, e) for t, e in events if t >= since and isinstance(e, kind)), None)
-
-        with self._lock:
-            found = self._changed.wait_for(find, timeout)
-        if not found:
-            raise AssertionError(
-                report(f"no {kind.__name__} event from {name} in {timeout} s", self.logs())
-            )
-        return found
-
-    def logs(self) -> Dict[str, str]:
-        """Every pod's log so far, by pod name (for `tests.procs.report`)."""
-        logs = {}
-        for name in self.slots:
-            path = os.path.join(self.log_dir, f"{name}.log")
-            if os.path.exists(path):
-                with open(path, errors="replace") as stream:
-                    logs[name] = stream.read()
-        logs["controller"] = "\n".join(f"{t:.1f} {text}" for t, text in self.events)
-        return logs

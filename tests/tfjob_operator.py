@@ -10,7 +10,9 @@ TF_CONFIG byte for byte as the operator writes it, and the container's
 `command` + `args` as the pod's process (the image replaced by this venv's
 Python). It restarts, recreates and cleans up pods, and decides the job's
 success or failure, by the rules below. Everything it creates is removed when
-the `TFJobRun` context ends, whatever happened.
+the `TFJobRun` context ends, whatever happened. The sandboxes, the pods'
+processes and the run's lifecycle are `tests/pod_emulation.py`'s, shared with
+`tests/jobset_controller.py`; the operator's rules are this module's.
 
 Read from kubeflow/training-operator v1.9.0
 (commit 6f74c7f6b2ed6c27aabd82d0a316b23f0646059c): pkg/controller.v1/tensorflow/
@@ -70,18 +72,15 @@ import dataclasses
 import json
 import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
 import threading
-import time
-from typing import Dict, List, Mapping, Optional, TextIO, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from estimator_dist.base import status
+from tests.pod_emulation import REPO, PodRun, Sandbox, exit_code
 from tests.procs import report
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_PORT = 2222
 PORT_NAME = "tfjob-port"
 CONTAINER_NAME = "tensorflow"
@@ -90,9 +89,7 @@ DEFAULT_GRACE_SECS = 30
 KNOWN_TYPES = ("Chief", "Evaluator", "Master", "PS", "Worker")
 RESTART_POLICIES = ("Always", "OnFailure", "Never", "ExitCode")
 CLEAN_POD_POLICIES = ("All", "Running", "None")
-SUBNET = "10.244.0"
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_SEQUENCE = iter(range(1, 1 << 30))
 
 
 def go_json(value: object) -> str:
@@ -228,89 +225,10 @@ def _replica_spec(replica_type: str, replica: Mapping) -> ReplicaSpec:
     )
 
 
-def namespaces_unavailable() -> Optional[str]:
-    """Why network namespaces cannot be made here (not root, no `ip`), or None if they can."""
-    probe = f"tfjprobe{os.getpid()}"
-    try:
-        _ip("netns", "add", probe)
-    except (OSError, RuntimeError) as error:
-        return str(error)
-    _ip("netns", "del", probe)
-    return None
-
-
-def _ip(*args: str) -> None:
-    result = subprocess.run(["ip", *args], capture_output=True, text=True)
-    if result.returncode:
-        raise RuntimeError(f"ip {' '.join(args)} failed: {result.stderr.strip()}")
-
-
-class _Network:
-    """Pod sandboxes: namespaces on one bridge, which sits in a namespace of its own."""
-
-    def __init__(self, prefix: str) -> None:
-        self.prefix = prefix
-        self.node = f"{prefix}-node"
-        self.pods: Dict[str, str] = {}  # pod namespace -> address
-        self._next_host = 2
-        _ip("netns", "add", self.node)
-        try:
-            _ip("-n", self.node, "link", "add", "br0", "type", "bridge")
-            _ip("-n", self.node, "link", "set", "br0", "up")
-        except RuntimeError:
-            self.close()
-            raise
-
-    def add(self, seq: int) -> Tuple[str, str]:
-        """Creates a pod namespace with its own address; returns (namespace, address)."""
-        if self._next_host > 254:
-            raise RuntimeError(f"no addresses left in {SUBNET}.0/24 for another pod")
-        namespace, address = f"{self.prefix}-p{seq}", f"{SUBNET}.{self._next_host}"
-        self._next_host += 1
-        _ip("netns", "add", namespace)
-        self.pods[namespace] = address
-        port = f"veth{seq}"
-        _ip("-n", namespace, "link", "add", "eth0", "type", "veth", "peer", "name", port)
-        _ip("-n", namespace, "link", "set", port, "netns", self.node)
-        _ip("-n", self.node, "link", "set", port, "master", "br0", "up")
-        _ip("-n", namespace, "addr", "add", f"{address}/24", "dev", "eth0")
-        _ip("-n", namespace, "link", "set", "eth0", "up")
-        _ip("-n", namespace, "link", "set", "lo", "up")
-        return namespace, address
-
-    def write_hosts(self, names: Mapping[str, str]) -> None:
-        """Writes /etc/hosts of every pod: `names` (host -> address) and localhost.
-
-        Written in place, not replaced: a running process sees the file `ip netns
-        exec` mounted when it started, so a recreated pod's new address reaches it.
-        """
-        lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
-        lines += [f"{address}\t{host}" for host, address in sorted(names.items())]
-        for namespace in self.pods:
-            os.makedirs(f"/etc/netns/{namespace}", exist_ok=True)
-            with open(f"/etc/netns/{namespace}/hosts", "w") as stream:
-                stream.write("\n".join(lines) + "\n")
-
-    def remove(self, namespace: str) -> None:
-        subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
-        shutil.rmtree(f"/etc/netns/{namespace}", ignore_errors=True)
-        self.pods.pop(namespace, None)
-
-    def close(self) -> None:
-        for namespace in list(self.pods):
-            self.remove(namespace)
-        subprocess.run(["ip", "netns", "del", self.node], capture_output=True)
-
-
 @dataclasses.dataclass
-class _Pod:
+class _Pod(Sandbox):
     """One incarnation of a replica: its sandbox and its container's current process."""
 
-    namespace: str
-    address: str
-    process: Optional[subprocess.Popen] = None
-    deleting: bool = False
-    exited: bool = False
     tf_config_seen: Optional[str] = None
 
 
@@ -336,7 +254,7 @@ class Replica:
     succeeded: bool = False
 
 
-class TFJobRun:
+class TFJobRun(PodRun):
     """Runs a TFJob: pods, services (hosts files), restarts, success or failure, clean-up.
 
     Use as a context manager; on exit every process is killed and every
@@ -348,12 +266,13 @@ class TFJobRun:
       cluster_domain: The operator's CUSTOM_CLUSTER_DOMAIN, if any.
     """
 
+    NETNS_PREFIX = "tfj"
+    CONTROLLER = "operator"
+    FINISHED = "job {condition}: {message}"
+
     def __init__(self, manifest: Mapping, log_dir: str, cluster_domain: str = "") -> None:
+        super().__init__(log_dir)
         self.job = TFJob.from_manifest(manifest)
-        self.log_dir = log_dir
-        self.condition: Optional[str] = None  # "Succeeded" or "Failed" once finished
-        self.message = ""
-        self.events: List[Tuple[float, str]] = []
         self.replicas: Dict[str, Replica] = {}
         for spec in self.job.replicas:
             for index in range(spec.replicas):
@@ -361,61 +280,16 @@ class TFJobRun:
                 host = self.job.service_host(spec.type, index, cluster_domain)
                 tf_config = self.job.tf_config(spec.type, index, cluster_domain)
                 self.replicas[name] = Replica(spec, index, name, host, tf_config)
-        self._lock = threading.RLock()
-        self._changed = threading.Condition(self._lock)
-        self._stop = threading.Event()
-        self._threads: List[threading.Thread] = []
-        self._network: Optional[_Network] = None
         self._cleaned = False
 
-    def __enter__(self) -> TFJobRun:
-        os.makedirs(self.log_dir, exist_ok=True)
-        try:
-            self._network = _Network(f"tfj{os.getpid()}x{next(_SEQUENCE)}")
-            self._spawn_thread(self._operate)
-        except BaseException:
-            self.close()
-            raise
-        return self
+    def _pod_names(self) -> Iterable[str]:
+        return self.replicas
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def _sandboxes(self) -> List[Sandbox]:
+        return [r.pod for r in self.replicas.values() if r.pod]
 
-    def close(self) -> None:
-        """Kills every process at once and removes everything this run created."""
-        self._stop.set()
-        if self._threads:
-            self._threads[0].join(timeout=30)  # the operator: no pod is created after this
-        with self._lock:
-            pods = [r.pod for r in self.replicas.values() if r.pod]
-        for pod in pods:
-            if pod.process:
-                _kill_group(pod.process.pid)
-                pod.process.wait()
-        for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join(timeout=30)
-        if self._network:
-            self._network.close()
-
-    def _spawn_thread(self, target: object, *args: object) -> None:
-        thread = threading.Thread(target=target, args=args, daemon=True)
-        self._threads.append(thread)
-        thread.start()
-
-    def _event(self, text: str) -> None:
-        self.events.append((time.monotonic(), text))
-        self._changed.notify_all()
-
-    def _operate(self) -> None:
-        while not self._stop.is_set():
-            with self._lock:
-                try:
-                    self._reconcile()
-                except Exception as error:  # reported by `wait`, with the pods' logs
-                    self._finish("Error", f"the emulation failed: {error!r}")
-                    return
-            self._stop.wait(0.1)
+    def _status_events(self, name: str) -> List[Tuple[float, status.Event]]:
+        return self.replicas[name].events
 
     def _reconcile(self) -> None:
         if self.condition:
@@ -424,7 +298,7 @@ class TFJobRun:
                 if pod and not (pod.deleting or pod.exited) and pod.process.poll() is not None:
                     pod.exited = True
                     self._publish()
-                    replica.exit_codes.append(_exit_code(pod.process.returncode))
+                    replica.exit_codes.append(exit_code(pod.process.returncode))
                     self._event(f"{replica.name} exited {replica.exit_codes[-1]}")
             if not self._cleaned:
                 self._cleaned = True
@@ -447,13 +321,12 @@ class TFJobRun:
             self._decide_success()
 
     def _create(self, replica: Replica) -> None:
-        namespace, address = self._network.add(next(_SEQUENCE))
-        replica.pod = _Pod(namespace, address)
-        replica.addresses.append(address)
-        self._event(f"created pod {replica.name} at {address} (namespace {namespace})")
-        self._start_container(replica)
+        replica.pod = pod = self._new_sandbox(_Pod)
+        replica.addresses.append(pod.address)
+        self._event(f"created pod {replica.name} at {pod.address} (namespace {pod.namespace})")
+        self._start(replica)
 
-    def _start_container(self, replica: Replica) -> None:
+    def _start(self, replica: Replica) -> None:
         spec, pod = replica.spec, replica.pod
         env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")}
         env["HOSTNAME"] = replica.name
@@ -461,48 +334,16 @@ class TFJobRun:
         if replica.tf_config is not None:
             env["TF_CONFIG"] = replica.tf_config
         pod.tf_config_seen, pod.exited = None, False
-        # Not the operator's: the tests learn what a task did (its first step, its progress)
-        # from its status channel, as the launcher does, not from lines a model_fn could print.
-        read_fd, write_fd = os.pipe()
-        env[status.STATUS_FD_ENV] = str(write_fd)
-        # Before the start: `ip netns exec` mounts the hosts file only if it exists then.
         self._publish()
-        try:
-            pod.process = subprocess.Popen(
-                ["ip", "netns", "exec", pod.namespace, *spec.command],
-                cwd=spec.working_dir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                errors="replace",
-                start_new_session=True,
-                pass_fds=(write_fd,),
-            )
-        finally:
-            os.close(write_fd)
-        self._event(f"started {replica.name} (pid {pod.process.pid})")
-        self._spawn_thread(self._read, replica, pod.process)
-        self._spawn_thread(self._read_status, replica, open(read_fd, errors="replace"))
-
-    def _read(self, replica: Replica, process: subprocess.Popen) -> None:
-        path = os.path.join(self.log_dir, f"{replica.name}.log")
-        with open(path, "a") as log:
-            log.write(f"===== {replica.name}: container started (pid {process.pid}) =====\n")
-            for line in process.stdout:
-                log.write(line)
-                log.flush()
-                with self._lock:
-                    replica.lines.append((time.monotonic(), line.rstrip("\n")))
-                    self._changed.notify_all()
-
-    def _read_status(self, replica: Replica, channel: TextIO) -> None:
-        with channel:
-            for event in status.EventReader().read(channel):
-                with self._lock:
-                    replica.events.append((time.monotonic(), event))
-                    self._changed.notify_all()
+        self._start_container(
+            replica.name,
+            pod,
+            spec.command,
+            spec.working_dir,
+            env,
+            f"started {replica.name}",
+            lines=replica.lines,
+        )
 
     def _check(self, replica: Replica) -> None:
         pod = replica.pod
@@ -515,7 +356,7 @@ class TFJobRun:
                     replica.tf_configs_seen.append(pod.tf_config_seen)
                     self._check_hosts_mounted(replica)
             return
-        code = _exit_code(code)
+        code = exit_code(code)
         pod.exited = True
         self._publish()
         replica.exit_codes.append(code)
@@ -526,7 +367,7 @@ class TFJobRun:
             if self._past_backoff_limit():
                 return
             self._event(f"kubelet restarts {replica.name} (restart {replica.restart_count})")
-            self._start_container(replica)
+            self._start(replica)
         elif code == 0:
             replica.succeeded = True
         elif policy == "ExitCode" and code >= 128:
@@ -583,43 +424,21 @@ class TFJobRun:
         ]
         self._network.write_hosts({r.host: r.pod.address for r in ready})
 
-    def _finish(self, condition: str, message: str) -> None:
-        self.condition, self.message = condition, message
-        self._event(f"job {condition}: {message}")
-
     def _remove_pod(self, replica: Replica) -> None:
         pod, replica.pod = replica.pod, None
-        if pod.process:
-            _kill_group(pod.process.pid)  # the runtime kills what is left in the container
-        self._network.remove(pod.namespace)
-        self._publish()
+        self._remove_sandbox(pod)
 
     def _start_delete(self, replica: Replica, recreate: bool) -> threading.Thread:
         replica.pod.deleting = True
         self._publish()
-        thread = threading.Thread(target=self._delete, args=(replica, recreate), daemon=True)
-        self._threads.append(thread)
-        thread.start()
-        return thread
+        return self._spawn(self._delete, replica, recreate)
 
     def _delete(self, replica: Replica, recreate: bool) -> None:
-        """What the kubelet does with a deleted pod: SIGTERM, the grace period, SIGKILL."""
         pod = replica.pod
-        process = pod.process
-        with self._lock:
-            self._event(f"deleting {replica.name}: SIGTERM")
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=replica.spec.grace_secs)
-            except subprocess.TimeoutExpired:
-                with self._lock:
-                    self._event(f"{replica.name} outlived its grace period: SIGKILL")
-                _kill_group(process.pid)
-                process.wait()
+        code = self._terminate(replica.name, pod.process, replica.spec.grace_secs)
         with self._lock:
             if not pod.exited:
-                replica.exit_codes.append(_exit_code(process.returncode))
+                replica.exit_codes.append(code)
             self._event(f"{replica.name} gone after deletion, exit {replica.exit_codes[-1]}")
             self._remove_pod(replica)
             if recreate:
@@ -634,13 +453,6 @@ class TFJobRun:
             thread = self._start_delete(replica, recreate=True)
         thread.join()
 
-    def wait(self, timeout: float) -> str:
-        """Waits for the job to finish; returns "Succeeded" or "Failed"."""
-        with self._lock:
-            if not self._changed.wait_for(lambda: self.condition, timeout):
-                raise AssertionError(report(f"the job did not finish in {timeout} s", self.logs()))
-            return self.condition
-
     def wait_for_exit(self, name: str, timeout: float) -> int:
         """Waits for the current process of pod `name` to end and the operator to see it.
 
@@ -653,7 +465,7 @@ class TFJobRun:
             seen = self._changed.wait_for(lambda: pod.exited or replica.pod is not pod, timeout)
         if not seen:
             raise AssertionError(report(f"pod {name} still running after {timeout} s", self.logs()))
-        return _exit_code(pod.process.wait())
+        return exit_code(pod.process.wait())
 
     def wait_for_line(self, name: str, pattern: str, timeout: float, since: float = 0.0) -> tuple:
         """Waits for a line of pod `name` matching `pattern`, logged at or after `since`.
@@ -674,32 +486,9 @@ class TFJobRun:
                     return when, match
             return None
 
-        with self._lock:
-            found = self._changed.wait_for(find, timeout)
-        if not found:
-            cause = f"no line of {name} matching {pattern!r} in {timeout} s"
-            raise AssertionError(report(cause, self.logs()))
-        return found
-
-    def wait_for_event(
-        self, name: str, kind: type, timeout: float, since: float = 0.0
-    ) -> Tuple[float, status.Event]:
-        """Waits for an event of type `kind` from pod `name`, read at or after `since`.
-
-        Returns:
-          (the monotonic time it was read, the event).
-        """
-        events = self.replicas[name].events
-
-        def find() -> Optional[Tuple[float, status.Event]]:
-            return next(((t, e) for t, e in events if t >= since and isinstance(e, kind)), None)
-
-        with self._lock:
-            found = self._changed.wait_for(find, timeout)
-        if not found:
-            cause = f"no {kind.__name__} event from {name} in {timeout} s"
-            raise AssertionError(report(cause, self.logs()))
-        return found
+        return self._wait_until(
+            find, timeout, f"no line of {name} matching {pattern!r} in {timeout} s"
+        )
 
     def resolve(self, name: str, host: str) -> str:
         """The address `host` resolves to inside pod `name` ('' if it does not resolve)."""
@@ -723,17 +512,6 @@ class TFJobRun:
         peers = (line.split()[-1].rsplit(":", 1)[0] for line in result.stdout.splitlines())
         return {peer.strip("[]").removeprefix("::ffff:") for peer in peers}
 
-    def logs(self) -> Dict[str, str]:
-        """Every pod's log so far, by pod name (for `tests.procs.report`)."""
-        logs = {}
-        for name in self.replicas:
-            path = os.path.join(self.log_dir, f"{name}.log")
-            if os.path.exists(path):
-                with open(path, errors="replace") as stream:
-                    logs[name] = stream.read()
-        logs["operator"] = "\n".join(f"{t:.1f} {text}" for t, text in self.events)
-        return logs
-
 
 def _environ(pid: int) -> Optional[Dict[str, str]]:
     """The environment a container's command started with; None while it is still `ip`."""
@@ -747,15 +525,3 @@ def _environ(pid: int) -> Optional[Dict[str, str]]:
         return None
     pairs = (entry.decode(errors="replace").partition("=") for entry in entries if entry)
     return {key: value for key, _, value in pairs}
-
-
-def _exit_code(returncode: int) -> int:
-    """The exit code a container runtime reports: 128 + N for a process killed by signal N."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass

@@ -23,8 +23,8 @@ import yaml
 from estimator_dist.base import exit_codes, status
 from estimator_dist.base.files import checkpoint_step
 from tests.jobset_controller import KindRun
+from tests.pod_emulation import namespaces_unavailable
 from tests.procs import REPO, report
-from tests.tfjob_operator import namespaces_unavailable
 
 NAME = "digits"
 STEPS = 300

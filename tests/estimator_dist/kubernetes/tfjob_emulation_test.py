@@ -20,8 +20,9 @@ import tensorflow as tf
 import yaml
 
 from estimator_dist.base import exit_codes, status
+from tests.pod_emulation import namespaces_unavailable
 from tests.procs import REPO, report
-from tests.tfjob_operator import TFJob, TFJobRun, namespaces_unavailable
+from tests.tfjob_operator import TFJob, TFJobRun
 
 NAME = "digits"
 # Enough steps for the pod deletion to land mid-training, with room to spare: the worker is
