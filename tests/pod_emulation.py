@@ -392,3 +392,12 @@ class PodRun:
                     logs[name] = stream.read()
         logs[self.CONTROLLER] = "\n".join(f"{t:.1f} {text}" for t, text in self.events)
         return logs
+
+
+def wait_for(condition: Callable[[], object], timeout: float, what: str, run: PodRun) -> None:
+    """Waits until `condition()` holds, or fails after `timeout` s showing every pod's log."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(report(f"{what} not seen in {timeout} s", run.logs()))
+        time.sleep(0.2)

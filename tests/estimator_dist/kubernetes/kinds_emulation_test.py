@@ -23,7 +23,7 @@ import yaml
 from estimator_dist.base import exit_codes, status
 from estimator_dist.base.files import checkpoint_step
 from tests.jobset_controller import KindRun
-from tests.pod_emulation import namespaces_unavailable
+from tests.pod_emulation import namespaces_unavailable, wait_for
 from tests.procs import REPO, report
 
 NAME = "digits"
@@ -68,14 +68,6 @@ def printed(kind, volume, data_dir):
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, report(f"exited {result.returncode}: {command}", result.stderr)
     return list(yaml.safe_load_all(result.stdout))
-
-
-def wait_for(condition, timeout, what, run):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(report(f"{what} not seen in {timeout} s", run.logs()))
-        time.sleep(0.2)
 
 
 @pytest.mark.multiprocess

@@ -11,32 +11,18 @@ import sys
 
 import pytest
 import yaml
-from absl import flags
 
-from estimator_dist import manifest
-from estimator_dist.base import cli, exit_codes
+from estimator_dist.base import exit_codes
 from estimator_dist.base.platform_env import cluster_from_environment
 from estimator_dist.kubernetes import manifest as manifest_lib
 from estimator_dist.kubernetes import validate
 from tests import jobset_controller, procs
+from tests.estimator_dist.manifest_test import run
 
 NAME, IMAGE, REMOTE = "mnist", "registry.example.com/trainer:1.0", "--model_dir=gs://b/mnist"
 NEW_KINDS = ("trainjob", "jobset", "indexed-job")
 #: Training flags whose global batch divides over 3 workers.
 TRAIN = (REMOTE, "--batch_size=66")
-
-
-def run(args, capsys):
-    """Runs the program in this process; returns (exit code, stdout, stderr)."""
-    flag_values = flags.FlagValues()
-    manifest.define_flags(flag_values)
-    parse = cli.make_flags_parser(manifest.PROGRAM, flag_values)
-    try:
-        code = manifest.main(parse([manifest.PROGRAM, *args]), flag_values)
-    except SystemExit as exit:
-        code = exit.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def documents(kind, capsys, *extra, workers=3, train=TRAIN):

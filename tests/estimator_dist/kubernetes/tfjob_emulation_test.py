@@ -20,7 +20,7 @@ import tensorflow as tf
 import yaml
 
 from estimator_dist.base import exit_codes, status
-from tests.pod_emulation import namespaces_unavailable
+from tests.pod_emulation import namespaces_unavailable, wait_for
 from tests.procs import REPO, report
 from tests.tfjob_operator import TFJob, TFJobRun
 
@@ -195,14 +195,6 @@ def manifest(printed_manifest, tmp_path):
 def latest_step(model_dir):
     latest = tf.train.latest_checkpoint(model_dir)
     return int(latest.rsplit("-", 1)[1]) if latest else 0
-
-
-def wait_for(condition, timeout, what, run):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(report(f"{what} not seen in {timeout} s", run.logs()))
-        time.sleep(0.2)
 
 
 def pods(name):
