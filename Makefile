@@ -14,7 +14,7 @@ DATA_DIR := .data/tfds
 HOROVOD_VENV := .venv-horovod
 BENCH_ARGS ?=
 
-.PHONY: demo test test-fast lint format bench bench-horovod
+.PHONY: demo test test-fast faults lint format bench bench-horovod
 
 $(STAMP): setup.py requirements/constraints.txt
 	@test -n "$(PYTHON)" || { echo "error: Python 3.9, 3.10 or 3.11 is needed (TensorFlow 2.15 supports no other); install one, or run: make PYTHON=/path/to/python3.11 ..." >&2; exit 1; }
@@ -37,6 +37,12 @@ test: $(STAMP)
 # clusters, and single-process tests that take seconds.
 test-fast: $(STAMP)
 	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -m "not multiprocess and not slow"
+
+# The fault suite: every test marked `fault` with seeds 1 to 5, on a quiet machine and then
+# with one core kept busy (about an hour on 2 cores). `make test` runs each with seed 1.
+faults: $(STAMP)
+	ESTIMATOR_DIST_FAULT_SEEDS=1,2,3,4,5 $(VENV)/bin/python -m pytest -m fault -rA
+	ESTIMATOR_DIST_FAULT_SEEDS=1,2,3,4,5 ESTIMATOR_DIST_BUSY_CORES=1 $(VENV)/bin/python -m pytest -m fault -rA
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -9,6 +9,14 @@ A test that starts a Python process (a task, the launcher, any entry point)
 must carry the `multiprocess` mark, on the test or as the module's
 `pytestmark`: `make test-fast` (`pytest -m "not multiprocess"`) leaves those
 out. An unmarked test that starts one fails at once, saying so.
+
+The fault suite: a test marked `fault` injects one fault into a real job and
+asserts its end (the final step, the steps lost, the time to detection). It
+takes the `fault_seed` argument, one run per seed in `ESTIMATOR_DIST_FAULT_SEEDS`
+(comma-separated; "1" when unset, which is what `make test` runs), and while it
+runs, `ESTIMATOR_DIST_BUSY_CORES=n` keeps n other processes spinning on the
+CPU. `make faults` runs every fault with seeds 1 to 5, once on a quiet machine
+and once with one core busy.
 """
 
 import os
@@ -20,6 +28,55 @@ import pytest
 
 #: The mark of tests that start worker processes, a launcher or a cluster (see pytest.ini).
 MULTIPROCESS = "multiprocess"
+
+#: The mark of the fault suite's tests (see pytest.ini), and the environment variables it reads.
+FAULT = "fault"
+FAULT_SEEDS_ENV = "ESTIMATOR_DIST_FAULT_SEEDS"
+BUSY_CORES_ENV = "ESTIMATOR_DIST_BUSY_CORES"
+
+
+def _fault_seeds() -> Tuple[int, ...]:
+    text = os.environ.get(FAULT_SEEDS_ENV, "1")
+    try:
+        seeds = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        seeds = ()
+    if not seeds:
+        raise pytest.UsageError(
+            f"{FAULT_SEEDS_ENV}={text!r} is not a list of seeds: expected integers separated "
+            f"by commas, such as {FAULT_SEEDS_ENV}=1,2,3,4,5"
+        )
+    return seeds
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuses a malformed seed list before collection, in one line."""
+    _fault_seeds()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """One run of each fault test per seed of the fault suite."""
+    if "fault_seed" in metafunc.fixturenames:
+        metafunc.parametrize("fault_seed", _fault_seeds())
+
+
+@pytest.fixture(autouse=True)
+def _busy_cores(request: pytest.FixtureRequest):
+    """Keeps `ESTIMATOR_DIST_BUSY_CORES` processes spinning while a fault test runs."""
+    count = int(os.environ.get(BUSY_CORES_ENV, "0") or 0)
+    if count <= 0 or request.node.get_closest_marker(FAULT) is None:
+        yield
+        return
+    spinners = [
+        subprocess.Popen(["sh", "-c", "while :; do :; done"], start_new_session=True)
+        for _ in range(count)
+    ]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
 
 
 @pytest.fixture(scope="session")

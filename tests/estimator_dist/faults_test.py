@@ -129,10 +129,10 @@ def test_duplicate_task_index_fails_fast(duplicated_job):
 KILLS = 2
 
 
+@pytest.mark.fault
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("seed", [7])
-def test_seeded_kills_under_the_launcher_end_at_exactly_max_steps(tmp_path, data_dir, seed):
-    rng = random.Random(seed)
+def test_seeded_kills_under_the_launcher_end_at_exactly_max_steps(tmp_path, data_dir, fault_seed):
+    rng = random.Random(fault_seed)
     steps = 300
     args = [
         "--num_workers=2",
@@ -158,7 +158,7 @@ def test_seeded_kills_under_the_launcher_end_at_exactly_max_steps(tmp_path, data
     )
     assert len(restarts) == KILLS, report(f"{len(restarts)} restarts, expected {KILLS}", output)
     resumed = [float(s) for s in re.findall(r"training resumed ([\d.]+) s after", output)]
-    print(f"seed {seed}: training resumed {resumed} s after each failure")
+    print(f"seed {fault_seed}: training resumed {resumed} s after each failure")
     assert len(resumed) == KILLS, report(f"resumed {len(resumed)} times, expected {KILLS}", output)
     latest = tf.train.latest_checkpoint(str(tmp_path))
     assert latest.endswith(f"model.ckpt-{steps}"), report(f"latest checkpoint {latest}", output)
@@ -237,17 +237,20 @@ SKIPPED_LINE = (
 )
 
 
+@pytest.mark.fault
 @pytest.mark.timeout(360)
 def test_a_corrupt_and_a_partial_checkpoint_are_skipped_and_the_job_ends_at_its_steps(
-    tmp_path, data_dir
+    tmp_path, data_dir, fault_seed
 ):
-    # A job's checkpoints 0, 100, 200, 300, damaged as a filled disk, a lost file and a chief
-    # killed mid-save leave them; then the job goes on to 400 under the launcher.
+    # A job's checkpoints 0, 100, 200, 300, damaged as a filled disk (the latest cut short at
+    # a seeded length), a lost file and a chief killed mid-save leave them; then the job goes
+    # on to 400 under the launcher.
     model_dir = str(tmp_path)
     args = task_args(model_dir, data_dir, "--save_checkpoints_steps=100")
     run_module("estimator_dist.train", [*args, "--train_steps=300"], 180, model_dir=model_dir)
     data = tmp_path / "model.ckpt-300.data-00000-of-00001"
-    os.truncate(data, data.stat().st_size // 2)
+    cut = random.Random(fault_seed).randint(1, data.stat().st_size - 1)
+    os.truncate(data, cut)
     os.remove(tmp_path / "model.ckpt-200.index")
     os.makedirs(tmp_path / "model.ckpt-400_temp")
     restored = (tmp_path / "model.ckpt-100.index").stat()
@@ -285,7 +288,7 @@ def test_a_corrupt_and_a_partial_checkpoint_are_skipped_and_the_job_ends_at_its_
     assert tf.train.load_checkpoint(latest).get_tensor("global_step") == 400
     final = json.load(open(tmp_path / "eval_metrics.json"))
     assert final["final"] and final["metrics"]["global_step"] == 400
-    measured("corrupt_checkpoint", resumed_from=100, steps_lost=300 - 100)
+    measured("corrupt_checkpoint", seed=fault_seed, cut_at=cut, resumed_from=100, steps_lost=200)
 
 
 @pytest.mark.timeout(240)
@@ -1020,8 +1023,11 @@ def test_model_dir_without_write_permission_from_the_start_exits_9_before_traini
     assert not os.listdir(model_dir)
 
 
+@pytest.mark.fault
 @pytest.mark.timeout(420)
-def test_full_model_dir_under_the_launcher_fails_at_once_with_exit_9(tmp_path, data_dir):
+def test_full_model_dir_under_the_launcher_fails_at_once_with_exit_9(
+    tmp_path, data_dir, fault_seed
+):
     # The launcher's task logs live in model_dir/logs, on the same full filesystem.
     model_dir = tmp_path / "model"
     model_dir.mkdir()
@@ -1037,12 +1043,16 @@ def test_full_model_dir_under_the_launcher_fails_at_once_with_exit_9(tmp_path, d
         "estimator_dist.launch", args, prefix=mount_namespace_prefix(model_dir, 50)
     ) as launcher:
         inside = f"/proc/{launcher.process.pid}/root{model_dir}"
-        wait_for_checkpoint(inside, 50, 180)
+        # The disk fills after a seeded checkpoint.
+        filled_after = 50 * random.Random(fault_seed).randint(1, 3)
+        wait_for_checkpoint(inside, filled_after, 180)
         with open(os.path.join(inside, "filler"), "wb", buffering=0) as filler:
             with pytest.raises(OSError, match="No space left on device"):
                 while True:
                     filler.write(bytes(1 << 20))
+        filled = time.monotonic()
         code = int(launcher.wait_for_line(r"^exited with (\d+)", 120).group(1))
+        measured("full_disk", seed=fault_seed, exit_secs=f"{time.monotonic() - filled:.1f}")
         steps = read_every_checkpoint(inside)
         logs = read_logs(os.path.join(inside, "logs"))
     output = launcher.output
@@ -1060,4 +1070,6 @@ def test_full_model_dir_under_the_launcher_fails_at_once_with_exit_9(tmp_path, d
     assert not lost, report("; ".join(lost), output)
     refused = re.findall(r"\[launcher\] cannot write \S+/logs/(\S+\.log) \(No space left", output)
     print(f"the disk filled up; task logs the launcher could not write: {refused or 'none'}")
-    assert max(steps) >= 50, report(f"checkpoints of steps {steps}, expected one >= 50", output)
+    assert max(steps) >= filled_after, report(
+        f"checkpoints of steps {steps}, expected one >= {filled_after}", output
+    )
