@@ -61,7 +61,7 @@ from estimator_dist.base import cli, exit_codes
 from estimator_dist.base.cluster import ClusterConfig
 from estimator_dist.base.errors import Error, UsageError, UserCodeError
 from estimator_dist.base.platform_env import cluster_from_environment
-from estimator_dist.base.status import Exiting, emit
+from estimator_dist.base.status import Exiting, connect, emit
 from estimator_dist.programs.config import PROGRAM, ScriptConfig, config_from_flags, define_flags
 
 #: A script that ends on a task of a cluster without training.
@@ -186,6 +186,7 @@ def _parse_flags(argv: Sequence[str]) -> List[str]:
 
 def main(argv: Sequence[str]) -> int:
     """Entry point: flags, the script and its arguments in; the script's exit status out."""
+    connect()  # Under a launcher, its heartbeat starts before the imports, which take seconds.
     if len(argv) < 2 and not _FLAGS.module:
         cli.usage_exit(
             PROGRAM,

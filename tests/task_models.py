@@ -2,6 +2,7 @@
 
 import json
 import os
+import time
 
 import tensorflow as tf
 
@@ -61,3 +62,37 @@ def ones_input_fn():
     """`(ones, ones)` batches of one example, forever."""
     features = tf.data.Dataset.from_tensors(tf.ones([1, 1]))
     return tf.data.Dataset.zip((features, features)).repeat()
+
+
+#: `role:seconds:marker` of `hang_in_session_once`, e.g. `worker-0:90:/tmp/run/hung`.
+SESSION_HANG_ENV = "TEST_SESSION_HANG"
+
+
+class _HangInSessionCreation(tf.compat.v1.train.SessionRunHook):
+    """Blocks in `after_create_session` for `seconds`, once per `marker` file."""
+
+    def __init__(self, seconds, marker):
+        self._seconds, self._marker = seconds, marker
+
+    def after_create_session(self, session, coord):
+        if os.path.exists(self._marker):
+            return
+        with open(self._marker, "w") as marker:
+            marker.write(f"{os.getpid()}\n")
+        time.sleep(self._seconds)
+
+
+def hang_in_session_once(features, labels, mode, params):
+    """mnist_cnn, whose session creation hangs once on the task `TEST_SESSION_HANG` names.
+
+    The hang is in a hook's `after_create_session`, after "Running local_init_op." and before
+    the first step, as the hang the watchdog's session bound catches (exit 157); the marker
+    file keeps the restarted job from hanging again.
+    """
+    spec = mnist_cnn.model_fn(features, labels, mode, params)
+    role, seconds, marker = os.environ[SESSION_HANG_ENV].split(":", 2)
+    task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
+    if mode == tf.estimator.ModeKeys.TRAIN and f"{task.get('type')}-{task.get('index')}" == role:
+        hook = _HangInSessionCreation(float(seconds), marker)
+        spec = spec._replace(training_hooks=(*spec.training_hooks, hook))
+    return spec

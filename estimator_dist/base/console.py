@@ -34,6 +34,7 @@ Where the rest goes:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import dataclasses
@@ -42,6 +43,7 @@ import logging
 import os
 import re
 import site
+import statistics
 import sys
 import sysconfig
 import tempfile
@@ -71,8 +73,14 @@ _RECORD = re.compile(
 )
 #: A line of TensorFlow's C++ log.
 _NATIVE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: (?P<level>[IWEF]) \S+\] ")
-#: The later lines of TensorFlow's multi-line C++ start-up messages.
-_NATIVE_CONTINUATIONS = ("To enable the following instructions:",)
+#: The later lines of TensorFlow's multi-line C++ messages: the start-up's, and a failed
+#: remote call's raw gRPC details (kept in the task log; the task's own line says the cause).
+_NATIVE_CONTINUATIONS = (
+    "To enable the following instructions:",
+    "Additional GRPC error information from remote target",
+    ':{"created":"@',
+    "The error could be from a previous operation.",
+)
 #: The first line of a Python warning that `logging.captureWarnings` did not catch.
 _WARNING = re.compile(r"^\S.*:\d+: [A-Z]\w*Warning: ")
 _SHOWN = ("estimator_dist", "Saving dict for global step")  # Shown, though not warnings.
@@ -134,6 +142,58 @@ def _duration(seconds: float) -> str:
     if seconds < 90 * 60:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+class StepRate:
+    """Training speed for a progress line: its interval's, unless that interval was a gap.
+
+    A progress line's rate and time left come from the interval since the
+    previous line. After a network cut of a few seconds that healed, one
+    interval of 10 steps took 3 s instead of 0.07 s, and the line said
+    "59 examples/s, ~47 min left". An interval whose seconds per step exceed
+    `gap_factor` times the median of the recent intervals' is a gap (a healed
+    cut, a pause, a long save): its line shows the rate of the latest interval
+    that was not. Two gaps in a row are the new pace (a slower machine), which
+    then counts.
+
+    Args:
+      window: Recent intervals whose median is the usual pace.
+      gap_factor: How much slower per step than usual an interval is a gap.
+
+    >>> rate = StepRate()
+    >>> rate.add(10, 0.1), rate.add(20, 0.1), rate.add(10, 0.1)
+    (100.0, 200.0, 100.0)
+    >>> rate.add(10, 3.0)  # A healed cut: the rate before it.
+    100.0
+    >>> round(rate.add(10, 3.0), 2), round(rate.add(10, 2.0), 2)  # Slower since: the new pace.
+    (3.33, 5.0)
+    """
+
+    def __init__(self, window: int = 5, gap_factor: float = 5.0) -> None:
+        self._gap_factor = gap_factor
+        self._recent: collections.deque = collections.deque(maxlen=window)
+        self._gaps: list = []
+
+    def add(self, steps: float, seconds: float) -> Optional[float]:
+        """Records an interval of `steps` steps in `seconds`; returns the steps a second to show.
+
+        None when no interval with steps and time has been recorded yet.
+        """
+        if steps > 0 and seconds > 0:
+            usual = statistics.median(s / n for n, s in self._recent) if self._recent else None
+            if usual is None or seconds / steps <= self._gap_factor * usual:
+                self._recent.append((steps, seconds))
+                self._gaps = []
+            else:
+                self._gaps.append((steps, seconds))
+                if len(self._gaps) > 1:
+                    self._recent.clear()
+                    self._recent.extend(self._gaps)
+                    self._gaps = []
+        if not self._recent:
+            return None
+        steps, seconds = self._recent[-1]
+        return steps / seconds
 
 
 class ConsoleFilter:
@@ -311,6 +371,11 @@ def start_task(verbose: bool) -> None:
     """
     _install_formatter()
     if os.environ.get(SUPERVISED_ENV):
+        from estimator_dist.base import status
+
+        # Its heartbeat starts before TensorFlow's import, which takes seconds (12 s measured
+        # beside two training tasks): the launcher tells a frozen task from a slow start.
+        status.connect()
         if not verbose:
             sys.stderr.write(PROTOCOL_LINE + "\n")
             sys.stderr.flush()

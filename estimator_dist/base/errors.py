@@ -81,6 +81,17 @@ class CollectiveMismatchError(Error):
     exit_code = exit_codes.COLLECTIVE_MISMATCH
 
 
+class CheckpointGoneError(Error):
+    """The checkpoint a task was restoring was deleted meanwhile; exit code 159, retryable.
+
+    Training keeps the newest `--keep_checkpoint_max` checkpoints: one a slow
+    or frozen evaluator listed can be gone when it restores it. Restarted, the
+    task takes the newest instead.
+    """
+
+    exit_code = exit_codes.CHECKPOINT_GONE
+
+
 class ModelDirUnwritableError(Error):
     """The storage of model_dir refused a write (full, read-only, no permission); exit code 9.
 

@@ -23,6 +23,10 @@ them, and how `estimator_dist.launch` decides whether to restart.
 | 153 | SESSION_RECOVERY | TensorFlow tried to restore this task alone, which diverges |
 | 154 | PORT_IN_USE | this task's port is taken by another process |
 | 155 | PREEMPTED | stopped on SIGTERM/SIGINT at a step every task agreed on, checkpointed |
+| 156 | PEER_UNRESPONSIVE | a training peer stopped answering the heartbeat: frozen or cut off |
+| 157 | SESSION_HUNG | session creation or the first step did not end within the stall timeout |
+| 158 | FINAL_PHASE_HUNG | the end of training (final save, evaluation, export) made no progress |
+| 159 | CHECKPOINT_GONE | the checkpoint being restored was deleted meanwhile (rotated away) |
 """
 
 #: Starts the one line a task prints before a fail-fast exit.
@@ -44,6 +48,10 @@ STALLED = 152
 SESSION_RECOVERY = 153
 PORT_IN_USE = 154
 PREEMPTED = 155
+PEER_UNRESPONSIVE = 156
+SESSION_HUNG = 157
+FINAL_PHASE_HUNG = 158
+CHECKPOINT_GONE = 159
 
 
 def is_retryable(code: int) -> bool:

@@ -87,6 +87,28 @@ def checkpoint_step(model_dir: str) -> int:
     return int(latest.rsplit("-", 1)[1]) if latest else 0
 
 
+def latest_known_step(step: Optional[int], model_dir: Optional[str]) -> Optional[int]:
+    """The latest global step known: `step` (the last this task saw) or the latest checkpoint's.
+
+    A failure message names the step the job is at, never one older than its
+    checkpoint: a task that restored step 300 and then saw no step must not
+    say "step 0". Reading model_dir is one small file (`checkpoint`); when it
+    cannot be read, `step` stands.
+
+    >>> latest_known_step(40, None), latest_known_step(None, None)
+    (40, None)
+    """
+    if model_dir is None:
+        return step
+    import tensorflow as tf
+
+    try:
+        saved = checkpoint_step(model_dir)
+    except (tf.errors.OpError, OSError, ValueError):  # A failure's message must not fail.
+        return step
+    return max(step or 0, saved) if (step is not None or saved) else step
+
+
 def mark_final_metrics(model_dir: str) -> Optional[dict]:
     """Marks the latest evaluation in `model_dir/eval_metrics.json` final; returns its metrics.
 

@@ -45,6 +45,7 @@ import json
 import os
 import select
 import threading
+import time
 from typing import (
     Any,
     Callable,
@@ -66,6 +67,9 @@ VERSION = 1
 STATUS_FD_ENV = "ESTIMATOR_DIST_STATUS_FD"
 #: The longest line one write sends whole into a pipe (POSIX's PIPE_BUF).
 MAX_LINE_BYTES = select.PIPE_BUF
+
+#: Seconds between two `Heartbeat` events of a connected task.
+HEARTBEAT_SECS = 2.0
 
 #: Seconds the launcher's side reads a channel after its task exited (a process the task
 #: started may hold the channel open): the events before the exit decide what it means.
@@ -89,6 +93,17 @@ class Started:
     kind: ClassVar[str] = "started"
     task: str
     pid: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Heartbeat:
+    """The task is alive: a daemon thread sends one every `HEARTBEAT_SECS` from `connect` on.
+
+    A frozen task (SIGSTOP, a paused VM) sends none, whatever it was doing,
+    so its silence tells the launcher what no exit would.
+    """
+
+    kind: ClassVar[str] = "heartbeat"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,11 +164,20 @@ class Exiting:
     cause: Optional[str] = None
 
 
-Event = Union[Started, RendezvousMet, FirstStep, Progress, StopStep, Evaluated, Exiting]
+Event = Union[Started, Heartbeat, RendezvousMet, FirstStep, Progress, StopStep, Evaluated, Exiting]
 #: Every kind of event by its name.
 KINDS: Dict[str, Type] = {
     cls.kind: cls
-    for cls in (Started, RendezvousMet, FirstStep, Progress, StopStep, Evaluated, Exiting)
+    for cls in (
+        Started,
+        Heartbeat,
+        RendezvousMet,
+        FirstStep,
+        Progress,
+        StopStep,
+        Evaluated,
+        Exiting,
+    )
 }
 #: The JSON types each field annotation accepts (bool is no int here).
 _ACCEPTS: Dict[str, Tuple[type, ...]] = {
@@ -297,6 +321,7 @@ class _Channel:
         self._pid: Optional[int] = None
         self.dropped = 0
         self._reported = 0
+        self._beating: Optional[int] = None  # The pid whose heartbeat thread runs.
 
     def _open(self) -> Optional[int]:
         if self._pid != os.getpid():  # First use, or a forked child: that one has no channel.
@@ -331,9 +356,32 @@ class _Channel:
                 pass
 
     def connect(self) -> bool:
-        """Takes the channel from the environment; True if there is one."""
+        """Takes the channel from the environment and starts its heartbeat; True if there is one."""
         with self._lock:
-            return self._open() is not None
+            connected = self._open() is not None
+            beat = connected and self._beating != os.getpid()
+            if beat:
+                self._beating = os.getpid()
+        if beat:
+            threading.Thread(target=self._beat, name="status-heartbeat", daemon=True).start()
+        return connected
+
+    def _beat(self) -> None:
+        """Sends a `Heartbeat` every `HEARTBEAT_SECS` until the channel closes."""
+        data = encode(Heartbeat()).encode("utf-8")
+        while True:
+            with self._lock:
+                fd = self._fd if self._pid == os.getpid() else None
+                if fd is None:
+                    return
+                try:
+                    os.write(fd, data)
+                except BlockingIOError:
+                    pass  # The launcher is behind; the next heartbeat says the same.
+                except OSError as error:
+                    if error.errno in (errno.EPIPE, errno.EBADF):
+                        self._fd = None  # The launcher is gone.
+            time.sleep(HEARTBEAT_SECS)
 
     def write(self, line: str, kind: str = "") -> None:
         data = line.encode("utf-8")
@@ -388,7 +436,10 @@ def connect() -> bool:
     """Takes this process's channel from the environment; call it first in a task.
 
     The variable is removed, so the task's own child processes (which do not
-    inherit the descriptor) never write to a descriptor of that number.
+    inherit the descriptor) never write to a descriptor of that number. A
+    daemon thread then sends a `Heartbeat` every `HEARTBEAT_SECS` (never
+    blocking: one the pipe has no room for is skipped), until the channel
+    closes.
 
     Returns:
       Whether a launcher supervises this task.

@@ -105,6 +105,9 @@ class JobConfig:
       stall_timeout: Seconds the global step may stay the same before the
         task fails; on the evaluator, seconds without a new checkpoint while
         the chief is unreachable.
+      heartbeat_timeout: Seconds a training peer may leave the heartbeat
+        unanswered while this task trains before it fails (exit 156): a frozen
+        or cut-off peer (`estimator_dist.guards.heartbeat`); 0 turns it off.
       preemption_checkpoint: Stop every task at one checkpointed step on
         SIGTERM/SIGINT (`estimator_dist.guards.preemption`); False leaves the
         signals' default (the task dies at once).
@@ -251,9 +254,17 @@ class JobConfig:
     stall_timeout: float = setting(
         120.0,
         "Seconds the global step may stay the same before a training task fails "
-        "(exit 152); on the evaluator, seconds without a new checkpoint while the chief "
-        "is unreachable.",
+        "(exit 152); also the bound of session creation up to the first step (exit 157) "
+        "and of the end of training without progress (exit 158); on the evaluator, "
+        "seconds without a new checkpoint while the chief is unreachable.",
         lower_bound=1.0,
+    )
+    heartbeat_timeout: float = setting(
+        15.0,
+        "Seconds a training peer may leave this task's heartbeat (UDP datagrams on its gRPC "
+        "port's number) unanswered while training runs before the task fails (exit 156): a "
+        "frozen peer or a cut network, noticed long before --stall_timeout. 0 turns it off.",
+        lower_bound=0.0,
     )
     preemption_checkpoint: bool = setting(
         True,

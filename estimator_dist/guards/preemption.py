@@ -153,8 +153,14 @@ class Preemption:
         signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
         self._wakeup = (reader, writer)
         self._threads = [
-            threading.Thread(target=self._wait_for_signal, args=(reader,), daemon=True),
-            threading.Thread(target=self._poll, daemon=True),
+            threading.Thread(
+                target=_one_line(self._role, "preemption signal handling", self._wait_for_signal),
+                args=(reader,),
+                daemon=True,
+            ),
+            threading.Thread(
+                target=_one_line(self._role, "preemption polling", self._poll), daemon=True
+            ),
         ]
         for thread in self._threads:
             thread.start()
@@ -205,11 +211,38 @@ class Preemption:
             self._grace_secs,
         )
         request = {"role": self._role, "step": step, "signal": name}
-        write_json(os.path.join(self._dir, f"request-{self._role}.json"), request)
+        path = os.path.join(self._dir, f"request-{self._role}.json")
+        try:
+            write_json(path, request)
+        except (tf.errors.OpError, OSError) as error:  # A full disk, a lost mount.
+            logging.error("Writing %s failed: %s", path, error)
+            logging.warning(
+                "estimator_dist: task %s cannot write its preemption request %s (%s): the other "
+                "tasks do not learn of the signal, and this task exits 155 after the grace of "
+                "%g s; the restart resumes from the latest checkpoint.",
+                self._role,
+                path,
+                _first_line(error),
+                self._grace_secs,
+            )
 
     def _poll(self) -> None:
+        refused = False
         while not self._stop.wait(self._poll_secs):
-            self.poll_once()
+            try:
+                self.poll_once()
+            except (tf.errors.OpError, OSError) as error:  # A full disk, a lost mount.
+                if not refused:  # Said once; the grace still ends the task.
+                    refused = True
+                    logging.error("Reading or writing %s failed: %s", self._dir, error)
+                    logging.warning(
+                        "estimator_dist: task %s cannot read or write the preemption files in "
+                        "%s (%s); it goes on trying, and a signalled task exits 155 after the "
+                        "grace.",
+                        self._role,
+                        self._dir,
+                        _first_line(error),
+                    )
 
     def poll_once(self) -> None:
         """Reads the files and acts: the polling thread's work, once."""
@@ -433,6 +466,36 @@ class _PreemptionHook(tf.compat.v1.train.SessionRunHook):
     def end(self, session: tf.compat.v1.Session) -> None:
         # With parameter servers the global step also counts the other workers' steps.
         self._preemption.session_ended(int(session.run(self._global_step)))
+
+
+def _first_line(error: BaseException) -> str:
+    """The error's type and the first line of its message, for a line on the console."""
+    message = getattr(error, "message", None) or str(error)
+    return f"{type(error).__name__}: {message.strip().splitlines()[0] if message.strip() else ''}"
+
+
+def _one_line(role: str, what: str, target: Callable[..., None]) -> Callable[..., None]:
+    """`target` for a thread of this task: what it raises becomes one line, not a traceback.
+
+    Python prints an uncaught exception's traceback from a thread to stderr,
+    the console; here the traceback goes to the task log (an error record,
+    which the console leaves out) and the console gets one warning line.
+    """
+
+    def run(*args: object) -> None:
+        try:
+            target(*args)
+        except Exception as error:  # The thread ends either way; only how it is said changes.
+            logging.error("The %s thread of task %s ended:", what, role, exc_info=True)
+            logging.warning(
+                "estimator_dist: task %s: its %s thread ended on %s (the traceback is in the "
+                "task log).",
+                role,
+                what,
+                _first_line(error),
+            )
+
+    return run
 
 
 def decided_stop(model_dir: str) -> Optional[int]:

@@ -21,6 +21,15 @@ Each task may also send a value of its own, which is not compared: the
 verdict carries every task's value to every task (`exchange`), as the
 batch counts of `estimator_dist.task.last_step` travel.
 
+No task waits silently: every `WAIT_NOTICE_SECS` (30 s) of waiting, a line
+shown on the console names the tasks not arrived yet, their addresses, the
+time waited and the bound (`WaitNotice`). The chief knows who is missing; it
+tells every task already checked in, at each arrival and each notice, so
+they name the same tasks; a task that cannot reach the chief names it::
+
+    estimator_dist: task chief-0 waiting for worker-0 (localhost:12345) at the rendezvous
+    for 30 s of at most 600 s
+
 Example, what a worker sends::
 
     {"role": "worker-0", "view": {"cluster": {...}, "model_dir": "/shared/run1", ...}}
@@ -33,7 +42,7 @@ import json
 import socket
 import time
 import uuid
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from absl import logging
 
@@ -43,6 +52,83 @@ from estimator_dist.base.errors import ClusterMismatchError, ClusterTimeoutError
 
 _RETRY_SECS = 0.5
 _IO_TIMEOUT = 10.0
+#: Seconds between two lines of a task that waits for named peers.
+WAIT_NOTICE_SECS = 30.0
+#: The line a waiting task shows every `WAIT_NOTICE_SECS`.
+WAITING_MESSAGE = (
+    "estimator_dist: task {role} waiting for {peers} {where} for {waited:.0f} s of at most "
+    "{bound:g} s"
+)
+
+
+class WaitNotice:
+    """Says which named peers this task still waits for, once every `every` seconds of waiting.
+
+    The first line comes `every` seconds after the notice is made, the next
+    `every` seconds later, and so on; a line that falls due while nobody is
+    missing is skipped, not delayed.
+
+    Args:
+      role: This task's name, e.g. `chief-0`.
+      where: The phase, as the line says it: `at the rendezvous`.
+      bound: The seconds this wait may last before the task fails.
+      idle: Said instead of the names when nobody named is missing; None says nothing.
+      every: Seconds between two lines; `WAIT_NOTICE_SECS` when None.
+      clock: Monotonic clock, replaceable in tests.
+      say: Where a line goes (a log record shown on the console).
+
+    >>> clock = iter([0.0, 30.0, 30.0]).__next__
+    >>> notice = WaitNotice("chief-0", "at the rendezvous", 600, clock=clock, say=print)
+    >>> notice.update(["w-0 (h:1)"])
+    estimator_dist: task chief-0 waiting for w-0 (h:1) at the rendezvous for 30 s of at most 600 s
+    True
+    """
+
+    def __init__(
+        self,
+        role: str,
+        where: str,
+        bound: float,
+        idle: Optional[str] = None,
+        every: Optional[float] = None,
+        clock: Callable[[], float] = time.monotonic,
+        say: Callable[[str], None] = lambda line: logging.info("%s", line),
+    ) -> None:
+        self._role, self._where, self._bound, self._idle = role, where, bound, idle
+        self._every = WAIT_NOTICE_SECS if every is None else every
+        self._clock, self._say = clock, say
+        self._began = clock()
+        self._next = self._began + self._every
+
+    def due_in(self) -> float:
+        """Seconds until the next line is due (0 when it is due now)."""
+        return max(0.0, self._next - self._clock())
+
+    def update(self, missing: Sequence[str]) -> bool:
+        """Says who is `missing` (`name (address)` each) if a line is due; returns whether due."""
+        now = self._clock()
+        if now < self._next:
+            return False
+        while self._next <= now:
+            self._next += self._every
+        if missing:
+            line = WAITING_MESSAGE.format(
+                role=self._role,
+                peers=", ".join(missing),
+                where=self._where,
+                waited=now - self._began,
+                bound=self._bound,
+            )
+        elif self._idle is not None:
+            line = self._idle.format(role=self._role, waited=now - self._began, bound=self._bound)
+        else:
+            return True
+        self._say(line)
+        return True
+
+
+def _named(roles: Sequence[str], addresses: Mapping[str, str]) -> List[str]:
+    return [f"{role} ({addresses.get(role, '?')})" for role in roles]
 
 
 def _split(address: str) -> Tuple[str, int]:
@@ -108,6 +194,47 @@ def _send(conn: socket.socket, message: Mapping[str, Any]) -> None:
         conn.sendall(json.dumps(message).encode() + b"\n")
 
 
+def _tell_all(arrived: Mapping[str, Mapping[str, socket.socket]], message: Mapping) -> None:
+    for conns in arrived.values():
+        for conn in conns.values():
+            _send(conn, message)
+
+
+def _await_verdict(
+    conn: socket.socket, until: float, notice: WaitNotice
+) -> Optional[Mapping[str, Any]]:
+    """Reads the chief's messages until its verdict; says whom the chief still waits for.
+
+    Returns:
+      The verdict, or None when the connection ends or nothing comes by `until`.
+    """
+    data, missing = b"", []
+    while True:
+        notice.update(missing)
+        remaining = until - time.monotonic()
+        if remaining <= 0:
+            return None
+        conn.settimeout(max(0.1, min(remaining, notice.due_in())))
+        try:
+            chunk = conn.recv(65536)
+        except socket.timeout:
+            continue
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        data += chunk
+        while b"\n" in data:
+            line, data = data.split(b"\n", 1)
+            try:
+                message = json.loads(line)
+            except ValueError:
+                return None
+            if "waiting" not in message:
+                return message
+            missing = list(message["waiting"])
+
+
 @contextlib.contextmanager
 def _closing_all(connections: Dict[str, Dict[str, socket.socket]]) -> Iterator[None]:
     try:
@@ -146,13 +273,17 @@ def _serve(
     deadline = time.monotonic() + timeout
     arrived: Dict[str, Dict[str, socket.socket]] = {}
     views: Dict[str, Dict[str, dict]] = {}
+    notice = WaitNotice(cluster.role, "at the rendezvous", timeout)
     with _bind(cluster, cluster.jobs[CHIEF][0]) as server, _closing_all(arrived):
         while (
             set(arrived) < set(expected)
             and time.monotonic() < deadline
             and not _problems(view, views, expected)
         ):
-            server.settimeout(max(0.1, deadline - time.monotonic()))
+            absent = _named(sorted(set(expected) - set(arrived)), expected)
+            if notice.update(absent):
+                _tell_all(arrived, {"waiting": absent})
+            server.settimeout(max(0.1, min(deadline - time.monotonic(), notice.due_in())))
             try:
                 conn, _ = server.accept()
             except OSError:
@@ -168,6 +299,7 @@ def _serve(
             arrived[role][nonce] = conn
             views.setdefault(role, {})[nonce] = message.get("view", {})
             values[role] = message.get("value")
+            _tell_all(arrived, {"waiting": _named(sorted(set(expected) - set(arrived)), expected)})
         missing = sorted(set(expected) - set(arrived))
         problems = _problems(view, views, expected)
         if problems:
@@ -176,9 +308,7 @@ def _serve(
             reply = {"ok": False, "error": "timeout", "missing": missing}
         else:
             reply = {"ok": True, "attempt": uuid.uuid4().hex, "values": values}
-        for conns in arrived.values():
-            for conn in conns.values():
-                _send(conn, reply)
+        _tell_all(arrived, reply)
     _raise_for(reply, cluster, timeout, expected)
     logging.info("Rendezvous: all %d other task(s) agree with the chief.", len(expected))
     return reply["attempt"], values
@@ -210,17 +340,19 @@ def _join(
     chief = cluster.jobs[CHIEF][0]
     deadline = time.monotonic() + timeout
     nonce = uuid.uuid4().hex
+    notice = WaitNotice(cluster.role, "at the rendezvous", timeout)
     with _bind(cluster, own):
         while time.monotonic() < deadline:
             try:
                 conn = socket.create_connection(_split(chief), timeout=_IO_TIMEOUT)
             except OSError:
+                notice.update(_named([f"{CHIEF}-0"], {f"{CHIEF}-0": chief}))
                 time.sleep(_RETRY_SECS)
                 continue
             with conn:
                 message = {"role": cluster.role, "nonce": nonce, "view": dict(view), "value": value}
                 _send(conn, message)
-                reply = _read_message(conn, deadline - time.monotonic() + _IO_TIMEOUT)
+                reply = _await_verdict(conn, deadline + _IO_TIMEOUT, notice)
             if reply is None:
                 time.sleep(_RETRY_SECS)
                 continue

@@ -23,7 +23,7 @@ from absl import logging
 
 from estimator_dist.base import status
 from estimator_dist.base.cluster import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig
-from estimator_dist.base.console import format_progress
+from estimator_dist.base.console import StepRate, format_progress
 from estimator_dist.guards.evaluator_watchdog import EvaluatorWatchdog
 from estimator_dist.guards.preemption import Preemption
 from estimator_dist.guards.watchdog import Watchdog
@@ -110,6 +110,7 @@ def start_watchdog(
             last_step,
             alone=True,
             preempted=lambda: preemption.requested or preemption.stop_at is not None,
+            model_dir=model_dir,
         )
     elif cluster.task_type == EVALUATOR:
         chief = {"chief-0": cluster.jobs[CHIEF][0]}
@@ -136,6 +137,7 @@ def start_watchdog(
             # servers a worker may stop alone.
             None if cluster.num_ps else last_step,
             preempted=lambda: preemption.requested or preemption.stop_at is not None,
+            model_dir=model_dir,
         )
     watchdog.start()
     return watchdog
@@ -147,7 +149,8 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
     `[ 50%] loss = 0.2320, step = 200/400, 6,830 examples/s, ~2 s left`: the
     loss of the step that reached the global step (the loss Estimator logs,
     `EstimatorSpec.loss`, reduced over the replicas), the examples a second
-    and the time left at the rate since the previous line. With
+    and the time left at the rate of the recent lines, an interval far slower
+    than them (a healed network cut, a pause) left out (`console.StepRate`). With
     `learning_rate = 0.1` after the loss when the graph has a learning rate:
     the one `model_fns.learning_rates.track` recorded (`resnet_cifar`, and
     any model_fn using `model_fns.optimizers.learning_rate`), or else a float
@@ -202,6 +205,7 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         self._next: float = math.inf
         #: (step, time) the rate of the next line is measured from; first, the first step's end.
         self._since: Optional[tuple] = None
+        self._rate = StepRate()
 
     def begin(self) -> None:
         self._global_step = tf.compat.v1.train.get_global_step()
@@ -254,7 +258,7 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         loss = run_values.results.get("loss")
         learning_rate = run_values.results.get("learning_rate")
         since_step, since_time = self._since
-        rate = (step - since_step) / (now - since_time) if now > since_time else None
+        rate = self._rate.add(step - since_step, now - since_time)
         loss = None if loss is None else float(loss)
         examples_per_sec = (
             rate * self._examples_per_step if rate and self._examples_per_step else None

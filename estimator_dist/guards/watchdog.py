@@ -7,7 +7,17 @@ message naming the task, the step and the cause, when:
 
 * no training step completes before the start-up deadline (exit 151), naming
   the peers that cannot be reached;
+* session creation (restore, `init_op`, `local_init_op`, the hooks'
+  `after_create_session`) and the first step, which meets every peer in its
+  first collective, take longer than the stall timeout from the graph's
+  completion (exit 157); every `rendezvous.WAIT_NOTICE_SECS` of it, a line
+  names the peers that cannot be reached (or says every peer accepts
+  connections);
 * the global step does not move for the stall timeout (exit 152);
+* after the training loop ended, the end of training (the final checkpoint,
+  the session's close, in one process the final evaluation and the export)
+  makes no progress for the stall timeout (exit 158): an evaluation batch is
+  progress, as it is during training;
 * TensorFlow re-creates the session after training started (exit 153);
 * this task's training loop ends before the last step, as when its input
   runs out (exit 6, not retried): the others would wait for its share of
@@ -24,7 +34,8 @@ it uses `fail`, `unreachable` and `EVAL_UNENDING_MESSAGE` from here. `arm_fail_f
 MonitoredSession treat the errors it would silently recover from
 (AbortedError, UnavailableError) as fatal once the first step is done; they
 reach `estimator_dist.train`, which exits 150. Before the first step the
-recovery stays, so a peer that starts late is still waited for.
+recovery stays, so a peer that starts late is still waited for, within the
+bound of session creation.
 
 The process ends with `os._exit`: the main thread may be blocked inside a
 collective op and would never see an exception. Training steps pay nothing:
@@ -40,12 +51,13 @@ import socket
 import sys
 import threading
 import time
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Tuple
 
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist.base import exit_codes, status, tf_patches
+from estimator_dist.base import exit_codes, files, status, tf_patches
+from estimator_dist.guards.rendezvous import WaitNotice
 from estimator_dist.guards.watchdog_hooks import EvaluationHook, StepHook
 
 FAILURE_PREFIX = exit_codes.FAILURE_PREFIX
@@ -76,6 +88,24 @@ EVAL_LONG_ALONE = (
     "{seconds:.0f} s and read {batches} batches, and training waits for it to end. If its "
     "input never ends (a generator or a loop with no end), no evaluation ends: pass "
     "--eval_steps to bound each evaluation."
+)
+#: Why a task fails when its session creation or first step does not end (exit 157).
+SESSION_HUNG_MESSAGE = (
+    "{what} within {bound:g} s (--stall_timeout) after its graph was built{step} ({where}). "
+    "A hang there does not end by itself; restart the whole job from its latest checkpoint. "
+    "Raise --stall_timeout if restoring the checkpoint takes longer."
+)
+#: Said every WAIT_NOTICE_SECS of session creation when every peer accepts connections.
+SESSION_WAIT_IDLE = (
+    "estimator_dist: task {role} in session creation and its first step for {waited:.0f} s of "
+    "at most {bound:g} s; every peer accepts connections"
+)
+#: Why a task fails when the end of training makes no progress (exit 158).
+FINAL_PHASE_MESSAGE = (
+    "the end of training made no progress for {seconds:.0f} s (stall timeout {stall:g} s) "
+    "after the training loop ended at global step {step}: {phase}. A hung collective or a "
+    "frozen peer does not end by itself; restart the job from its latest checkpoint. Raise "
+    "--stall_timeout if this phase is this slow on purpose."
 )
 
 
@@ -115,7 +145,9 @@ class Watchdog:
       role: This task's name, e.g. `worker-1`.
       peers: Name to address of the other tasks, probed when start-up fails.
       startup_timeout: Seconds from `start()` to the first completed step.
-      stall_timeout: Seconds the global step may stay the same afterwards.
+      stall_timeout: Seconds the global step may stay the same afterwards; also
+        the bound of session creation and the first step (from the graph's
+        completion), and of the end of training without progress.
       last_step: The step every task trains to (`--train_steps`); a training
         loop that ends below it is fatal. None when a task may stop alone.
       alone: This is a single process: a loop ending below `last_step` is
@@ -124,6 +156,8 @@ class Watchdog:
         ends the loop below `last_step` on purpose.
       exit_fn: Called as `exit_fn(role, code, cause)`; `fail` by default.
       clock: Monotonic clock, replaceable in tests.
+      model_dir: The job's model_dir: a stall names at least its latest
+        checkpoint's step (`files.latest_known_step`).
 
     Attributes:
       due: Whether the hook fetches the global step at its next step: set by
@@ -141,8 +175,10 @@ class Watchdog:
         clock: Callable[[], float] = time.monotonic,
         alone: bool = False,
         preempted: Callable[[], bool] = lambda: False,
+        model_dir: Optional[str] = None,
     ) -> None:
         self._role = role
+        self._model_dir = model_dir
         self._alone = alone
         self._preempted = preempted
         self._peers = dict(peers)
@@ -164,6 +200,15 @@ class Watchdog:
         self._alive = False
         self._evaluations = EvaluationHook(clock, self.alive)
         self._eval_warning = (0.0, 0.0)  # (start of the evaluation warned about, next warning)
+        # The phases after start-up, with when each began: session creation (from the
+        # graph's completion), the first step, the end of training.
+        self._session_began: Optional[float] = None
+        self._first_run: Optional[float] = None
+        self._session_notice: Optional[WaitNotice] = None
+        self._final_began: Optional[float] = None
+        self._restored: Optional[int] = None  # The global step the first session began at.
+        self._final_step = 0
+        self._evaluations_before_end = 0
 
     @property
     def step(self) -> Optional[int]:
@@ -202,25 +247,26 @@ class Watchdog:
                 self._last_progress = now
             self._alive = False
             last, step = self._last_progress, self._step
-        if last is None and now - self._started_at > self._startup_timeout:
-            missing = unreachable(self._peers)
-            if missing:
-                where = f"unreachable: {', '.join(missing)}"
-            elif self._alone:
-                where = "a single process: its input or graph building is stuck"
-            else:
-                where = "every peer accepts connections, but no step ran"
+        if last is None:
+            if not self._check_session(now) and now - self._started_at > self._startup_timeout:
+                self._fail_startup()
+        elif now - last > self._stall_timeout and self._final_began is not None:
             self._exit(
                 self._role,
-                exit_codes.CLUSTER_TIMEOUT,
-                f"no training step within the start-up timeout of {self._startup_timeout:g} s "
-                f"({where}). Start every task of the cluster, or raise --startup_timeout.",
+                exit_codes.FINAL_PHASE_HUNG,
+                FINAL_PHASE_MESSAGE.format(
+                    seconds=now - last,
+                    stall=self._stall_timeout,
+                    step=self._final_step,
+                    phase=self._final_phase(evaluation),
+                ),
             )
-        elif last is not None and now - last > self._stall_timeout:
+        elif now - last > self._stall_timeout:
             self._exit(
                 self._role,
                 exit_codes.STALLED,
-                f"the global step stayed at {step} for {now - last:.0f} s (stall timeout "
+                f"the global step stayed at {files.latest_known_step(step, self._model_dir)} "
+                f"for {now - last:.0f} s (stall timeout "
                 f"{self._stall_timeout:g} s); "
                 + (
                     "training or evaluation is stuck. "
@@ -233,6 +279,79 @@ class Watchdog:
             self._warn_long_evaluation(now, *evaluation)
         self.due = True
 
+    def _fail_startup(self) -> None:
+        """Exit 151: no step within the start-up timeout; names the peers it cannot reach."""
+        missing = unreachable(self._peers)
+        if missing:
+            where = f"unreachable: {', '.join(missing)}"
+        elif self._alone:
+            where = "a single process: its input or graph building is stuck"
+        else:
+            where = "every peer accepts connections, but no step ran"
+        self._exit(
+            self._role,
+            exit_codes.CLUSTER_TIMEOUT,
+            f"no training step within the start-up timeout of {self._startup_timeout:g} s "
+            f"({where}). Start every task of the cluster, or raise --startup_timeout.",
+        )
+
+    def _check_session(self, now: float) -> bool:
+        """Before the first step: ends the process when session creation outlasts its bound.
+
+        Says every `rendezvous.WAIT_NOTICE_SECS` which peers cannot be reached. Returns
+        whether it ended the process (or, with a test's `exit_fn`, would have).
+        """
+        with self._lock:
+            began, first, notice = self._session_began, self._first_run, self._session_notice
+        if began is None or notice is None:
+            return False
+        if now - began <= self._stall_timeout:
+            if notice.due_in() == 0:
+                notice.update([] if self._alone else unreachable(self._peers))
+            return False
+        missing = [] if self._alone else unreachable(self._peers)
+        if first is None:
+            what = (
+                "session creation (restore or init_op, local_init_op, the hooks' "
+                "after_create_session) did not end"
+            )
+        else:
+            what = (
+                f"the session was ready {now - first:.0f} s ago, but the first step (which "
+                "meets every peer in its first collective) did not end"
+            )
+        if missing:
+            where = f"unreachable: {', '.join(missing)}"
+        elif self._alone:
+            where = "a single process"
+        else:
+            where = "every peer accepts connections"
+        # The step the session began at, or before it was read, the latest checkpoint's.
+        restored = files.latest_known_step(self._restored, self._model_dir)
+        step = "" if restored is None else f", at global step {restored}"
+        self._exit(
+            self._role,
+            exit_codes.SESSION_HUNG,
+            SESSION_HUNG_MESSAGE.format(
+                what=what, bound=self._stall_timeout, step=step, where=where
+            ),
+        )
+        return True
+
+    def _final_phase(self, evaluation: Optional[Tuple[float, Any, int]]) -> str:
+        """What the end of training was doing, for the exit 158 message."""
+        if evaluation is not None:
+            _, checkpoint, batches = evaluation
+            return (
+                f"the final evaluation of the checkpoint of step {checkpoint} has read "
+                f"{batches} batches, none since"
+            )
+        if self._evaluations.begun > self._evaluations_before_end:
+            return "the final evaluation ended; the export after it (or the session's close)"
+        if self._alone:
+            return "saving the final checkpoint or closing the session"
+        return "saving the final checkpoint or closing the session, which waits for the peers"
+
     def _warn_long_evaluation(self, now: float, began: float, step: Any, batches: int) -> None:
         """Warns once an evaluation has read for the stall timeout, again at 2x, 4x ..."""
         warned, after = self._eval_warning
@@ -242,10 +361,38 @@ class Watchdog:
             after *= 2
         self._eval_warning = (warned, after)
 
-    def session_created(self) -> None:
-        """Records a (re-)created session; a second one after training started is fatal."""
+    def session_begins(self) -> None:
+        """Records that the graph is built and the session is being created (before the first step).
+
+        Session creation and the first step are bounded by the stall timeout from now.
+        """
+        with self._lock:
+            if self._step is None and self._session_began is None:
+                self._session_began = self._clock()
+                self._session_notice = WaitNotice(
+                    self._role,
+                    "in session creation",
+                    self._stall_timeout,
+                    idle=None if self._alone else SESSION_WAIT_IDLE,
+                    clock=self._clock,
+                )
+
+    def first_step_runs(self) -> None:
+        """Records that session creation ended (its hooks' `after_create_session` included)."""
+        with self._lock:
+            if self._step is None and self._first_run is None:
+                self._first_run = self._clock()
+
+    def session_created(self, step: Optional[int] = None) -> None:
+        """Records a (re-)created session; a second one after training started is fatal.
+
+        Args:
+          step: The global step the session begins at (restored or initialised), if read.
+        """
         with self._lock:
             self._sessions += 1
+            if step is not None and self._step is None:
+                self._restored = step
             recovered = self._sessions > 1 and self._step is not None
         if recovered:
             self._exit(
@@ -279,7 +426,14 @@ class Watchdog:
         self._alive = True
 
     def training_ended(self, step: int) -> None:
-        """Ends the process when this task's training loop ended before the last step."""
+        """Ends the process when this task's training loop ended before the last step.
+
+        Otherwise the end of training begins: its stall timeout counts from now.
+        """
+        with self._lock:
+            self._final_began = self._last_progress = self._clock()
+            self._final_step = step
+            self._evaluations_before_end = self._evaluations.begun
         if self._last_step is None or step >= self._last_step or self._preempted():
             return
         if self._alone:

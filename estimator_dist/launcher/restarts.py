@@ -23,7 +23,7 @@ import glob
 import os
 import shutil
 import time
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from estimator_dist.base import exit_codes
 from estimator_dist.base.cluster import LocalCluster
@@ -51,6 +51,52 @@ class RestartSettings:
     evaluator: bool
 
 
+@dataclasses.dataclass(frozen=True)
+class FailedAttempt:
+    """What the summary says of one failed attempt.
+
+    Attributes:
+      index: The attempt, 0 first.
+      cause: Why it failed.
+      step: The latest checkpoint's step once every task stopped.
+      seen: The highest step a training task reported on its status channel.
+      reason: Why the job was not restarted, or None when it was.
+    """
+
+    index: int
+    cause: str
+    step: int
+    seen: int
+    reason: Optional[str]
+
+    def line(self, resumed: Optional[int]) -> str:
+        """The summary's line; `resumed`: the chief's first step in the next attempt, if known.
+
+        The next attempt's chief says where training resumed (its `FirstStep`
+        event); below the checkpoint step read after the failure, the job fell
+        back past a checkpoint it could not load, and the steps lost count from
+        there.
+
+        >>> FailedAttempt(0, "worker-0 was killed by SIGKILL", 300, 340, None).line(200)
+        'restart after attempt 0: worker-0 was killed by SIGKILL; resumed at global step 200 \
+(checkpoint step 300 was not used), 140 step(s) lost'
+        """
+        if self.reason is not None:
+            return (
+                f"attempt {self.index}: {self.cause}; not restarted ({self.reason}); latest "
+                f"checkpoint step {self.step}, {max(0, self.seen - self.step)} step(s) lost"
+            )
+        if resumed is None or resumed >= self.step:
+            where, step = f"resumed from checkpoint step {self.step}", self.step
+        else:
+            where = f"resumed at global step {resumed} (checkpoint step {self.step} was not used)"
+            step = resumed
+        return (
+            f"restart after attempt {self.index}: {self.cause}; {where}, "
+            f"{max(0, self.seen - step)} step(s) lost"
+        )
+
+
 def run_with_restarts(
     launcher: Launcher,
     new_cluster: Callable[[int], LocalCluster],
@@ -74,7 +120,7 @@ def run_with_restarts(
       The job's exit code: 0, or that of the failure that ended it.
     """
     started = time.monotonic()
-    attempts: List[str] = []
+    attempts: List[FailedAttempt] = []
     try:
         failed = _run_attempts(
             launcher, new_cluster, model_dir, train_steps, deadline, settings, attempts
@@ -105,14 +151,14 @@ def _run_attempts(
     train_steps: Optional[int],
     deadline: Optional[float],
     settings: RestartSettings,
-    attempts: List[str],
+    attempts: List[FailedAttempt],
 ) -> Optional[int]:
     """Runs attempts until one succeeds (None) or the job gives up (its exit code, summary said).
 
-    Appends one line per failed attempt to `attempts`: its cause, the
-    checkpoint step it left and the steps lost (the highest step a training
-    task reported on its status channel past that checkpoint: a lower bound,
-    as tasks report their step every `--log_step_count_steps`).
+    Appends each failed attempt to `attempts`: its cause, the checkpoint step
+    it left and the highest step a training task reported on its status
+    channel (the steps lost past that checkpoint are a lower bound, as tasks
+    report their step every `--log_step_count_steps`).
     """
     from estimator_dist.base import files
 
@@ -138,14 +184,9 @@ def _run_attempts(
             return None
         launcher.say(f"attempt {attempt} failed: {failure.cause}; stopped every task")
         step = files.checkpoint_step(model_dir)
-        lost = max(0, launcher.last_step_seen - step)
         reason = policy.give_up(failure, step)
-        summary = f"attempt {attempt}: {failure.cause}; "
         attempts.append(
-            f"restart after {summary}resumed from checkpoint step {step}, {lost} step(s) lost"
-            if reason is None
-            else f"{summary}not restarted ({reason}); latest checkpoint step {step}, "
-            f"{lost} step(s) lost"
+            FailedAttempt(attempt, failure.cause, step, launcher.last_step_seen, reason)
         )
         if reason is not None:
             _say_attempts(launcher, attempts)
@@ -161,10 +202,11 @@ def _run_attempts(
         attempt += 1
 
 
-def _say_attempts(launcher: Launcher, attempts: List[str]) -> None:
+def _say_attempts(launcher: Launcher, attempts: List[FailedAttempt]) -> None:
     """Prints one line per failed attempt, and per restart of the evaluator alone."""
-    for line in attempts:
-        launcher.say(line)
+    resumed: Dict[int, int] = launcher.resumed_steps
+    for attempt in attempts:
+        launcher.say(attempt.line(resumed.get(attempt.index + 1)))
     for line in launcher.evaluator_restarts:
         launcher.say(f"evaluator restarted alone after: {line}")
 
@@ -174,7 +216,7 @@ def _finish(
     model_dir: str,
     settings: RestartSettings,
     started: float,
-    attempts: List[str],
+    attempts: List[FailedAttempt],
 ) -> int:
     """After the attempt that succeeded: the summary and the final metrics."""
     from estimator_dist.base import files

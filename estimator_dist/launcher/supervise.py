@@ -20,7 +20,10 @@ the launcher on this machine (`local.LocalEngine`, holding the kernel's parent
 death signal, so even a SIGKILL of the launcher ends every task at once), or a
 Ray actor's proxy (`ray.engine.RayEngine`). A failed evaluator is restarted
 alone, from the latest checkpoint, while training goes on: it holds no
-training state.
+training state. So is a frozen one (SIGSTOP, a paused VM, a process that
+stopped running): every task sends a `status.Heartbeat` every
+`status.HEARTBEAT_SECS`, and an evaluator whose status channel stays silent
+for `EVALUATOR_SILENCE_SECS` is killed (SIGKILL), which restarts it alone.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, Callable, List, Optional, Sequence
+from typing import IO, Callable, Dict, List, Optional, Sequence
 
 from estimator_dist.base import console, exit_codes, status
 from estimator_dist.base.cluster import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig
@@ -57,6 +60,18 @@ SLOW_RATE_SHARE = 0.5
 
 #: Seconds a task's lost-peer exit (150) waits for the exit of the peer it lost.
 ROOT_CAUSE_SECS = 2.0
+#: Seconds of silence on a running evaluator's status channel (no heartbeat, no event) after
+#: which it is frozen: killed, then restarted alone. Its heartbeat comes every 2 s from the
+#: start of the task's main, before TensorFlow's import (0.7-0.9 s after the process starts).
+EVALUATOR_SILENCE_SECS = 30.0
+#: Seconds between two looks for a silent evaluator.
+SILENCE_CHECK_SECS = 1.0
+#: Why a silent evaluator was killed: the cause of its exit.
+SILENT_EVALUATOR = (
+    "it sent nothing on its status channel for {seconds:.0f} s (no heartbeat, expected every "
+    "{heartbeat:g} s): frozen (stopped by a signal, a paused machine) or hung in start-up; "
+    "killed"
+)
 
 
 def lags(worker: status.Progress, chief: status.Progress) -> Optional[str]:
@@ -96,6 +111,8 @@ class Task:
       detail: The cause the task gave for its exit (`status.Exiting`), if any.
       progress: The task's latest progress event, if any.
       straggled: Whether the launcher said that this task lags the chief.
+      heard: When (the launcher's clock) the task last sent an event, or was started.
+      silenced: Whether the launcher killed it for its silence.
     """
 
     config: ClusterConfig
@@ -104,6 +121,8 @@ class Task:
     detail: Optional[str] = None
     progress: Optional[status.Progress] = None
     straggled: bool = False
+    heard: float = 0.0
+    silenced: bool = False
 
     @property
     def name(self) -> str:
@@ -126,6 +145,7 @@ class Launcher:
         first training step.
       out: Where prefixed task output is printed.
       verbose: Echo every line of every task, not only what a person needs.
+      clock: Monotonic clock of the tasks' silences, replaceable in tests.
 
     Attributes:
       checkpoint_step: Returns the global step of the latest checkpoint.
@@ -138,8 +158,10 @@ class Launcher:
         started: Optional[float] = None,
         out: IO[str] = sys.stdout,
         verbose: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._plan = plan
+        self._clock = clock
         self._engine = engine
         self._verbose = verbose
         self.checkpoint_step: Callable[[], int] = plan.checkpoint_step
@@ -160,6 +182,8 @@ class Launcher:
         self.last_step_seen = 0
         #: Evaluator restarts, in all attempts.
         self.evaluator_restarts: List[str] = []
+        #: The chief's first step (its `FirstStep` event) in each attempt: where training resumed.
+        self.resumed_steps: Dict[int, int] = {}
 
     def say(self, message: str) -> None:
         """Prints a launcher line."""
@@ -200,6 +224,7 @@ class Launcher:
     def _spawn(self, task: Task) -> None:
         config = task.config
         plan = self._plan
+        task.heard, task.silenced = self._clock(), False
         task.process = self._engine.start_task(TaskSpec(plan.module, plan.args, config, None))
         path = os.path.join(plan.model_dir, console.LOG_DIR, f"{config.role}.log")
         try:
@@ -273,10 +298,12 @@ class Launcher:
 
     def _on_event(self, task: Task, event: status.Event, exits: queue.Queue) -> None:
         """What the launcher learns from one of a task's events."""
+        task.heard = self._clock()
         training = task.config.task_type in (CHIEF, WORKER)
         if isinstance(event, (status.FirstStep, status.Progress)) and training:
             self.last_step_seen = max(self.last_step_seen, event.step)
         if isinstance(event, status.FirstStep) and task.config.task_type == CHIEF:
+            self.resumed_steps.setdefault(self._attempt, event.step)
             if self.failed_at is not None:
                 self.say(
                     f"training resumed {time.monotonic() - self.failed_at:.1f} s after the "
@@ -343,6 +370,7 @@ class Launcher:
         finish_timeout: float,
         root_cause_secs: float = ROOT_CAUSE_SECS,
         evaluator_restarts: int = 0,
+        silence_secs: float = EVALUATOR_SILENCE_SECS,
     ) -> Optional[Failure]:
         """Waits for this attempt to end.
 
@@ -358,6 +386,8 @@ class Launcher:
             that failed with a retryable code is restarted alone while training
             goes on; past that, or for a code of 1 to 127, its failure fails the
             attempt.
+          silence_secs: Seconds a running evaluator may send nothing (no
+            heartbeat) before it is killed, which counts as a retryable failure.
 
         Returns:
           None when every training task and the evaluator finished after the
@@ -369,9 +399,16 @@ class Launcher:
         while pending:
             limits = [t for t in (deadline, finish_by) if t is not None]
             timeout = max(0.0, min(limits) - time.monotonic()) if limits else None
+            if any(t.config.task_type == EVALUATOR for t in pending.values()):
+                timeout = (
+                    SILENCE_CHECK_SECS if timeout is None else min(timeout, SILENCE_CHECK_SECS)
+                )
             try:
                 task, code = self._exits.get(timeout=timeout)
             except queue.Empty:
+                self._kill_silent_evaluator(silence_secs)
+                if not limits or time.monotonic() < min(limits):
+                    continue
                 waiting = ", ".join(t.name for t in pending.values())
                 if finish_by is not None and time.monotonic() >= finish_by:
                     return Failure(
@@ -401,6 +438,27 @@ class Launcher:
             del pending[id(task)]
             self.say(f"{task.name} finished")
         return None
+
+    def _kill_silent_evaluator(self, silence_secs: float) -> None:
+        """Kills a running evaluator silent for `silence_secs`; its exit then restarts it.
+
+        A frozen process sends no heartbeat, and a stopped one would never
+        exit: SIGKILL ends it even while stopped.
+        """
+        now = self._clock()
+        for task in self.tasks:
+            silent = now - task.heard
+            if (
+                task.config.task_type != EVALUATOR
+                or task.process is None
+                or task.silenced
+                or silent < silence_secs
+                or task.process.poll() is not None
+            ):
+                continue
+            task.silenced = True
+            task.detail = SILENT_EVALUATOR.format(seconds=silent, heartbeat=status.HEARTBEAT_SECS)
+            task.process.kill()
 
     def _restart_evaluator(self, task: Task, failure: Failure) -> None:
         """Starts a failed evaluator again, alone; it resumes from the latest checkpoint."""

@@ -79,6 +79,8 @@ class ScriptConfig:
       collective_timeout: Seconds a collective may wait, or None for ever.
       startup_timeout: Seconds to the first training step.
       stall_timeout: Seconds the global step may stay the same.
+      heartbeat_timeout: Seconds a training peer may leave the heartbeat
+        unanswered while training runs (exit 156); 0 turns it off.
       model_dir: The directory the script's estimator must write to, or None
         to take the script's.
       eval_start_delay_secs: Replaces the EvalSpec's start_delay_secs, or None.
@@ -147,8 +149,16 @@ class ScriptConfig:
     stall_timeout: float = setting(
         120.0,
         "Seconds the global step may stay the same before a training task fails (exit 152); "
-        "on the evaluator, seconds without a new checkpoint while the chief is unreachable.",
+        "also the bound of session creation up to the first step (exit 157) and of the end "
+        "of training without progress (exit 158); on the evaluator, seconds without a new "
+        "checkpoint while the chief is unreachable.",
         lower_bound=1.0,
+    )
+    heartbeat_timeout: float = setting(
+        15.0,
+        "Seconds a training peer may leave this task's heartbeat unanswered while training "
+        "runs before the task fails (exit 156): a frozen peer or a cut network. 0 turns it off.",
+        lower_bound=0.0,
     )
     eval_start_delay_secs: Optional[int] = setting(
         None,

@@ -45,6 +45,7 @@ from estimator_dist.programs.user import (
 
 if TYPE_CHECKING:
     from estimator_dist.guards.evaluator_watchdog import EvaluatorWatchdog
+    from estimator_dist.guards.heartbeat import Heartbeat
     from estimator_dist.guards.preemption import Preemption
     from estimator_dist.guards.startup import Startup
     from estimator_dist.guards.watchdog import Watchdog
@@ -99,6 +100,8 @@ class ScriptTask:
         self.segment_target: Optional[int] = None
         #: TensorFlow's own train_and_evaluate, while `installed()` replaces it.
         self.original_train_and_evaluate: Optional[Callable] = None
+        #: The heartbeat the first training call started; later calls go on with it.
+        self._heartbeat: Optional[Heartbeat] = None
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -241,6 +244,7 @@ class ScriptTask:
 
         from estimator_dist.base import tf_patches
         from estimator_dist.base.errors import DataError
+        from estimator_dist.guards.heartbeat import start_heartbeat
         from estimator_dist.guards.roles import start_preemption, start_watchdog
         from estimator_dist.task import diagnose, early_stopping, last_step, records
 
@@ -266,6 +270,17 @@ class ScriptTask:
             train_spec, eval_spec = self._specs(
                 estimator, train_spec, eval_spec, exporter, watchdog, preemption
             )
+            self._heartbeat = start_heartbeat(
+                cluster,
+                model_dir,
+                self._attempt,
+                config.heartbeat_timeout,
+                preemption,
+                self._heartbeat,
+            )
+            if self._heartbeat is not None:
+                hooks = (*train_spec.hooks, self._heartbeat.hook())
+                train_spec = train_spec._replace(hooks=hooks)
             started = time.monotonic()
             try:
                 strategy = estimator._config.train_distribute
@@ -281,11 +296,20 @@ class ScriptTask:
                     error, step, time.monotonic() - started, model_dir
                 )
                 if preemption.requested:
-                    logging.warning("Training failed while stopping for a preemption: %s", error)
+                    logging.warning(
+                        "Training failed while stopping for a preemption: %s",
+                        diagnose.error_summary(error),
+                    )
                     preemption.finished(failed=True)
                 if explained is None:
                     raise
                 raise explained from (error if isinstance(explained, DataError) else None)
+            except ValueError as error:
+                # Saver's, for a checkpoint deleted while it was restored (rotated away).
+                gone = diagnose.explain_checkpoint_gone(error)
+                if gone is None:
+                    raise
+                raise gone from None
             except RuntimeError as error:
                 # The thread that writes event files raises a refused write as RuntimeError.
                 storage = diagnose.explain_storage_error(

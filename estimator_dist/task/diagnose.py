@@ -2,7 +2,8 @@
 
 `explain_training_error` turns what `tf.estimator.train_and_evaluate` raised
 into a bad record (exit 3), an unwritable model_dir (exit 9), tensors whose
-shapes differ between tasks (exit 7) or a lost peer (exit 150);
+shapes differ between tasks (exit 7), a lost peer (exit 150) or a checkpoint
+deleted while it was restored (exit 159, `explain_checkpoint_gone`);
 `explain_user_error` into the user's code failing (exit 5). The driver and
 the script runner both use them, so a task fails alike whichever started it.
 
@@ -21,7 +22,9 @@ from typing import Iterator, Optional
 import tensorflow as tf
 from absl import logging
 
+from estimator_dist.base import files
 from estimator_dist.base.errors import (
+    CheckpointGoneError,
     CollectiveMismatchError,
     Error,
     ModelDirUnwritableError,
@@ -101,6 +104,52 @@ MODEL_DIR_UNWRITABLE_MESSAGE = (
     "A restart would fail the same way, so the job is not retried: {fix}, then run the same "
     "command again."
 )
+
+
+#: How TensorFlow 2.15 names a checkpoint it cannot restore because its files are gone: Saver's
+#: check of the index, RestoreV2 opening a file, a checkpoint reader finding none.
+_GONE = (
+    re.compile(r"The passed save_path is not a valid checkpoint: (\S+)"),
+    re.compile(r"^\s*(\S+?)\.(?:index|data-\d+-of-\d+); No such file or directory", re.MULTILINE),
+    re.compile(r"Failed to find any matching files for (\S+)"),
+)
+
+#: Why a task exits 159: which checkpoint disappeared, and what a restart takes instead.
+CHECKPOINT_GONE_MESSAGE = (
+    "the checkpoint {path} was deleted while this task restored it: training keeps the newest "
+    "--keep_checkpoint_max checkpoints and removed it meanwhile (this task was slow or "
+    "frozen). Restarted, the task takes the newest checkpoint instead ({newest})."
+)
+
+
+def explain_checkpoint_gone(error: BaseException) -> Optional[CheckpointGoneError]:
+    """The `CheckpointGoneError` (exit 159) that `error` means, if its checkpoint is gone.
+
+    Only a checkpoint whose files are missing now counts: an error naming one
+    that is whole (a variable missing from it, a corrupt file) is another fault.
+
+    Args:
+      error: What restoring a checkpoint raised: Saver's ValueError, or
+        RestoreV2's or a reader's NotFoundError.
+
+    >>> explain_checkpoint_gone(ValueError("The passed save_path is not a valid checkpoint: "
+    ...                                    "/nowhere/model.ckpt-300"))  # doctest: +ELLIPSIS
+    CheckpointGoneError('the checkpoint /nowhere/model.ckpt-300 was deleted while this task...')
+    """
+    if not isinstance(error, (ValueError, tf.errors.NotFoundError)):
+        return None
+    message = getattr(error, "message", str(error))
+    found = next((m for m in (p.search(message) for p in _GONE) if m), None)
+    if found is None:
+        return None
+    path = found.group(1)
+    if tf.io.gfile.exists(f"{path}.index") and tf.io.gfile.glob(f"{path}.data-*"):
+        return None
+    newest = tf.train.latest_checkpoint(os.path.dirname(path)) if "/" in path else None
+    logging.info("The checkpoint being restored is gone; full error: %s", message)
+    return CheckpointGoneError(
+        CHECKPOINT_GONE_MESSAGE.format(path=path, newest=newest or "none is left")
+    )
 
 
 def is_peer_error(error: tf.errors.OpError) -> bool:
@@ -278,7 +327,8 @@ def explain_training_error(
 
     Args:
       error: What `train_and_evaluate` raised.
-      step: The last global step this task saw, or None.
+      step: The last global step this task saw, or None; a message names the
+        latest checkpoint's step instead when that is newer.
       seconds: How long training had run.
       model_dir: The job's model_dir, where a refused write means exit 9;
         None counts a full or read-only filesystem anywhere.
@@ -287,13 +337,18 @@ def explain_training_error(
       A `bad_data.DataError` (exit 3) for a bad record, a
       `ModelDirUnwritableError` (exit 9) for a write the storage refused, a
       `CollectiveMismatchError` (exit 7) for tensors whose shapes differ
-      between tasks, a `PeerFailureError` (exit 150) for a lost peer, or
-      None for any other error.
+      between tasks, a `PeerFailureError` (exit 150) for a lost peer, a
+      `CheckpointGoneError` (exit 159) for a checkpoint deleted while it was
+      restored, or None for any other error.
     """
+    step = files.latest_known_step(step, model_dir)
     # A collective abort carries its cause's message, which may be a bad record.
     data_error = bad_data.data_error_from(error)
     if data_error is not None:
         return data_error
+    gone = explain_checkpoint_gone(error)
+    if gone is not None:
+        return gone
     unwritable = explain_storage_error(error, model_dir, step)
     if unwritable is not None:
         return unwritable
@@ -301,21 +356,31 @@ def explain_training_error(
         logging.error("Collective shape mismatch, full TensorFlow error: %s", error.message)
         return CollectiveMismatchError(
             COLLECTIVE_MISMATCH_MESSAGE.format(
-                kind=type(error).__name__, step=step, summary=_error_summary(error)
+                kind=type(error).__name__, step=step, summary=error_summary(error)
             )
         )
     if not is_peer_error(error):
         return None
     logging.error("Collective failure, full TensorFlow error: %s", error.message)
+    at = "before the first step" if step is None else f"at global step {step}"
     return PeerFailureError(
-        f"{type(error).__name__} at global step {step} after {seconds:.1f} s "
-        f"({_error_summary(error)}). A peer task died or the network between tasks failed; "
+        f"{type(error).__name__} {at} after {seconds:.1f} s "
+        f"({error_summary(error)}). A peer task died or the network between tasks failed; "
         "restart the whole job from its latest checkpoint."
     )
 
 
-def _error_summary(error: tf.errors.OpError) -> str:
-    """Returns the line of a TensorFlow error that says what happened."""
+def error_summary(error: tf.errors.OpError) -> str:
+    """Returns the line of a TensorFlow error that says what happened, and the peer it names.
+
+    For a person's console: the whole message (node, stack, raw gRPC details)
+    belongs in the task log.
+
+    >>> error_summary(tf.errors.UnavailableError(None, None, "Graph execution error:\\n\\n"
+    ...     "Collective ops is aborted by: Socket closed\\nAdditional GRPC error information "
+    ...     "from remote target /job:worker/replica:0/task:1 while calling RecvBuf"))
+    'Collective ops is aborted by: Socket closed; peer worker-1'
+    """
     lines = [line.strip() for line in error.message.splitlines() if line.strip()]
     noise = (
         "Graph execution error",
@@ -336,8 +401,10 @@ def explain_user_error(error: Exception, model_dir: Optional[str], step: Optiona
     """The error a non-TensorFlow exception raised while training ends the task with.
 
     The thread writing event files raises what the storage refused: that is
-    an unwritable model_dir (exit 9). Anything else came from the user's
-    model_fn, input_fn or hooks (exit 5); its traceback is logged here.
+    an unwritable model_dir (exit 9). Saver's ValueError for a checkpoint
+    deleted while it was restored (an evaluator's, rotated away) is exit 159.
+    Anything else came from the user's model_fn, input_fn or hooks (exit 5);
+    its traceback is logged here.
 
     Args:
       error: What training raised.
@@ -347,6 +414,9 @@ def explain_user_error(error: Exception, model_dir: Optional[str], step: Optiona
     unwritable = explain_storage_error(error, model_dir, step)
     if unwritable is not None:
         return unwritable
+    gone = explain_checkpoint_gone(error)
+    if gone is not None:
+        return gone
     logging.exception("Training raised:")
     hint = DISTRIBUTED_OPTIMIZER_HINT if DISTRIBUTED_HANDLE in str(error) else ""
     return UserCodeError(

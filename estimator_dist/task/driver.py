@@ -31,13 +31,19 @@ from estimator_dist.base.errors import DataError, Error
 from estimator_dist.config.job import JobConfig, check_batch
 from estimator_dist.guards.checkpoints import settle_for_task
 from estimator_dist.guards.evaluator_watchdog import EvaluatorWatchdog
+from estimator_dist.guards.heartbeat import start_heartbeat
 from estimator_dist.guards.preemption import Preemption
 from estimator_dist.guards.rendezvous import rendezvous
 from estimator_dist.guards.roles import enter_task, progress_hook, start_preemption, start_watchdog
 from estimator_dist.guards.startup import Startup
 from estimator_dist.guards.watchdog import Watchdog
 from estimator_dist.task import early_stopping, export, records
-from estimator_dist.task.diagnose import explain_training_error, explain_user_error, refused_writes
+from estimator_dist.task.diagnose import (
+    error_summary,
+    explain_training_error,
+    explain_user_error,
+    refused_writes,
+)
 from estimator_dist.task.preflight import (
     Preflight,
     build_estimator,
@@ -86,7 +92,8 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     preemption = _start_preemption(job, cluster)
     with refused_writes(job.run.model_dir):  # The chief settles before the others may restore.
         settle_for_task(cluster, job.run.model_dir, job.startup_timeout)
-    preemption.joined(rendezvous(cluster, records.job_view(job, cluster), job.startup_timeout))
+    attempt = rendezvous(cluster, records.job_view(job, cluster), job.startup_timeout)
+    preemption.joined(attempt)
     startup.mark("rendezvous")
     if cluster.task_type in (None, CHIEF, WORKER):
         status.emit(status.StopStep(step=job.train_steps, how=status.MAX_STEPS))
@@ -101,6 +108,11 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     )
     exporter = records.MetricsExporter(job.run.model_dir)
     train_spec, eval_spec = _specs(job, cluster, checked, exporter, startup, preemption, watchdog)
+    heartbeat = start_heartbeat(
+        cluster, job.run.model_dir, attempt, job.heartbeat_timeout, preemption
+    )
+    if heartbeat is not None:
+        train_spec = train_spec._replace(hooks=(*train_spec.hooks, heartbeat.hook()))
     if job.stop_threshold is not None:
         train_spec, eval_spec = _stop_at_threshold(
             job, cluster, estimator, preemption, train_spec, eval_spec
@@ -275,7 +287,9 @@ def _train(
         step = watchdog.step if isinstance(watchdog, Watchdog) else None
         explained = explain_training_error(error, step, time.monotonic() - started, model_dir)
         if preemption.requested:
-            logging.warning("Training failed while stopping for a preemption: %s", error.message)
+            logging.warning(
+                "Training failed while stopping for a preemption: %s", error_summary(error)
+            )
             preemption.finished(failed=True)
         if explained is None:
             raise

@@ -3,7 +3,6 @@
 import contextlib
 import ctypes
 import io
-import json
 import os
 import re
 import signal
@@ -516,42 +515,6 @@ def test_tasks_never_outlive_a_killed_launcher(tmp_path, data_dir, subreaper):
     assert sorted(ended) == sorted(pids), launcher.output
     assert max(ended.values()) < 5, ended
     assert [pid for pid in pids if task_state(pid)] == [], "a zombie or orphan is left"
-
-
-@pytest.mark.multiprocess
-@pytest.mark.timeout(600)
-def test_a_killed_evaluator_is_restarted_alone_and_training_goes_on(tmp_path, data_dir, subreaper):
-    steps = 1200
-    args = [
-        "--num_workers=2",
-        "--evaluator",
-        "--timeout_secs=300",
-        "--",
-        f"--model_dir={tmp_path}/model",
-        f"--data_dir={data_dir}",
-        f"--train_steps={steps}",
-        "--save_checkpoints_steps=100",
-        "--eval_throttle_secs=1",
-    ]
-    with Background("estimator_dist.launch", args) as launcher:
-        started_pids(launcher, 2)
-        evaluator = int(launcher.wait_for_line(r"started evaluator \(pid (\d+)\)", 120).group(1))
-        launcher.wait_for_line(r"^\[evaluator\] .*Saving dict for global step", 120)
-        os.kill(evaluator, signal.SIGKILL)
-        code = launcher.wait(timeout=300)
-        assert_no_task_left(launcher)
-    output = launcher.output
-    assert code == 0, output
-    assert re.search(
-        r"evaluator was killed by SIGKILL; restarting the evaluator alone from checkpoint step "
-        r"\d+ \(evaluator restart 1\); training goes on",
-        output,
-    ), output
-    assert "restarting the whole cluster" not in output
-    assert all(output.count(f"started {role} (pid") == 1 for role in ("chief", "worker-0"))
-    assert_final_checkpoint(str(tmp_path / "model"), steps)
-    final = json.load(open(tmp_path / "model" / "eval_metrics.json"))
-    assert final["final"] and final["metrics"]["global_step"] == steps
 
 
 @pytest.mark.multiprocess

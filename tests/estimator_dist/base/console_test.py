@@ -266,6 +266,30 @@ def test_each_progress_line_tells_the_launcher_its_figures(tmp_path, lines, monk
     ]
 
 
+def test_a_healed_gap_leaves_the_rate_and_the_time_left_as_they_were(tmp_path, lines):
+    # Steps 20 to 30 take 31 s instead of 1 s: a network cut that healed, or a pause.
+    times = iter([0.0, 1.0, 2.0, 33.0, 34.0, 35.0])
+    hook = ProgressHook(50, BATCH, 10, clock=lambda: next(times))
+    estimator = tf.estimator.Estimator(model_fn, str(tmp_path), tf.estimator.RunConfig())
+    estimator.train(input_fn, max_steps=50, hooks=[hook])
+    assert [line.split("step = ")[1] for line in lines] == [
+        "10/50, 72 examples/s, ~4 s left",
+        "20/50, 80 examples/s, ~3 s left",
+        "30/50, 80 examples/s, ~2 s left",  # From the interval before; 3 examples/s without.
+        "40/50, 80 examples/s, ~1 s left",
+        "50/50, 80 examples/s, done",
+    ]
+
+
+def test_a_slower_pace_that_lasts_is_the_new_rate():
+    rate = console.StepRate()
+    assert [rate.add(10, 1.0) for _ in range(3)] == [10.0, 10.0, 10.0]
+    assert rate.add(10, 10.0) == 10.0  # One slow interval: a gap.
+    assert rate.add(10, 10.0) == 1.0  # Two in a row: the machine is slower now.
+    assert rate.add(10, 8.0) == 1.25
+    assert rate.add(0, 1.0) == 1.25  # No step: the last rate stays.
+
+
 def test_a_resumed_job_prints_at_the_global_step_boundaries(tmp_path, lines):
     estimator = tf.estimator.Estimator(model_fn, str(tmp_path), tf.estimator.RunConfig())
     estimator.train(input_fn, max_steps=25)
@@ -462,3 +486,47 @@ def test_an_unwritable_model_dir_gets_a_local_log_named_on_the_console(tmp_path)
 def test_absl_logs_as_before_in_a_process_that_never_set_up_its_console():
     assert console._quiet is None
     assert not isinstance(absl_logging.get_absl_handler().python_handler.stream, console._LogSink)
+
+
+def test_raw_grpc_details_of_a_native_error_stay_in_the_task_log():
+    # What a chief printed when its peer's socket closed (TensorFlow 2.15); then its own line.
+    lines = [
+        "2026-11-26 15:30:52.227637: E tensorflow/core/common_runtime/ring_alg.cc:291] Aborting "
+        "RingReduce with UNAVAILABLE: Socket closed",
+        "Additional GRPC error information from remote target /job:worker/replica:0/task:0 while "
+        "calling /tensorflow.WorkerService/RecvBuf:",
+        ':{"created":"@1795707052.227469618","description":"Error received from peer '
+        'ipv4:127.0.0.1:43949","grpc_message":"Socket closed","grpc_status":14}',
+        "The error could be from a previous operation. Restart your program to reset. "
+        "[type.googleapis.com/tensorflow.DerivedStatus='']",
+        "Final evaluation: global_step=400, accuracy=0.9630",
+    ]
+    keep = console.ConsoleFilter()
+    assert [shown for shown in map(keep, lines) if shown is not None] == [
+        "Final evaluation: global_step=400, accuracy=0.9630"
+    ]
+
+
+@pytest.mark.multiprocess
+def test_a_supervised_task_sends_its_heartbeat_before_tensorflow_is_imported():
+    from estimator_dist.base import status
+
+    read_fd, write_fd = os.pipe()
+    code = (
+        "import sys\n"
+        "from estimator_dist.base import console\n"
+        "console.start_task(verbose=False)\n"
+        "assert 'tensorflow' not in sys.modules\n"
+        "sys.stdin.read()\n"  # Alive until the test has read its heartbeat.
+    )
+    env = {**os.environ, console.SUPERVISED_ENV: "1", status.STATUS_FD_ENV: str(write_fd)}
+    task = subprocess.Popen(
+        [sys.executable, "-c", code], env=env, pass_fds=(write_fd,), stdin=subprocess.PIPE
+    )
+    os.close(write_fd)
+    try:
+        with open(read_fd) as channel:
+            assert status.decode(channel.readline()) == status.Heartbeat()
+    finally:
+        task.communicate(b"", timeout=30)
+    assert task.returncode == 0

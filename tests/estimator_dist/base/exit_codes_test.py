@@ -59,6 +59,10 @@ def test_named_codes_are_the_documented_ones():
         "SESSION_RECOVERY": 153,
         "PORT_IN_USE": 154,
         "PREEMPTED": 155,
+        "PEER_UNRESPONSIVE": 156,
+        "SESSION_HUNG": 157,
+        "FINAL_PHASE_HUNG": 158,
+        "CHECKPOINT_GONE": 159,
     }
 
 

@@ -1,14 +1,18 @@
 """The status channel: events round-trip as JSON lines, malformed lines are skipped, and
 `emit` neither blocks nor fails, with or without a launcher reading."""
 
+import contextlib
 import fcntl
 import itertools
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -16,6 +20,7 @@ from estimator_dist.base import status
 
 EVENTS = [
     status.Started(task="worker-0", pid=4242),
+    status.Heartbeat(),
     status.RendezvousMet(tasks=3, secs=1.5),
     status.FirstStep(step=0),
     status.Progress(
@@ -107,7 +112,54 @@ def test_a_task_sends_events_through_the_inherited_descriptor_and_hides_its_name
     assert done.returncode == 0, done.stderr
     with open(read_fd) as channel:
         events = list(status.EventReader().read(channel))
-    assert events == [status.FirstStep(step=3), status.Exiting(exit_code=0)]
+    # The heartbeat thread sent one as the task connected, before or between the others.
+    assert status.Heartbeat() in events
+    others = [e for e in events if e != status.Heartbeat()]
+    assert others == [status.FirstStep(step=3), status.Exiting(exit_code=0)]
+
+
+@pytest.mark.multiprocess
+def test_a_connected_task_sends_heartbeats_while_its_main_thread_is_busy_and_none_frozen():
+    read_fd, write_fd = os.pipe()
+    try:
+        task = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                textwrap.dedent(
+                    """
+                    import time
+                    from estimator_dist.base import status
+                    status.HEARTBEAT_SECS = 0.05
+                    assert status.connect()
+                    print("connected", flush=True)
+                    time.sleep(60)  # The main thread never emits: only the heartbeat thread.
+                    """
+                ),
+            ],
+            env={**os.environ, status.STATUS_FD_ENV: str(write_fd)},
+            pass_fds=(write_fd,),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        os.close(write_fd)
+    channel = open(read_fd)
+    try:
+        assert task.stdout.readline() == "connected\n"
+        beats = [status.decode(channel.readline()) for _ in range(5)]  # 0.25 s of heartbeats
+        assert beats == [status.Heartbeat()] * 5
+        task.send_signal(signal.SIGSTOP)  # Frozen: the pipe stays open, and silent.
+        time.sleep(0.2)  # Heartbeats already in the pipe when it stopped.
+        fcntl.fcntl(read_fd, fcntl.F_SETFL, os.O_NONBLOCK)
+        with contextlib.suppress(BlockingIOError):
+            os.read(read_fd, 65536)
+        readable, _, _ = select.select([read_fd], [], [], 0.5)  # 10 heartbeat intervals
+        assert readable == [], "a stopped task sent a heartbeat"
+    finally:
+        task.kill()
+        task.wait()
+        channel.close()
 
 
 @pytest.mark.multiprocess
@@ -272,7 +324,8 @@ def test_a_forked_child_does_not_keep_the_channel_open_after_the_task_exits():
         reader.join(timeout=60)
         assert not reader.is_alive(), "the channel stayed open after the task exited"
         os.kill(child, 0)  # The child still runs: only its copy of the descriptor was closed.
-        assert events == [status.FirstStep(step=1), status.Exiting(exit_code=0)]
+        others = [e for e in events if e != status.Heartbeat()]
+        assert others == [status.FirstStep(step=1), status.Exiting(exit_code=0)]
     finally:
         os.close(hold_write)  # Releases the child.
         task.stdout.close()

@@ -292,3 +292,70 @@ def test_a_stop_that_failed_names_the_latest_checkpoint_not_the_step_reached(tmp
     assert "training failed first" in worker_exits.calls[0][2]
     decision = json.loads((tmp_path / PREEMPTION_DIR / DECISION_FILE).read_text())
     assert decision["saved_step"] == 50
+
+
+FULL_DISK = tf.errors.ResourceExhaustedError(
+    None, None, "/runs/1/preemption/request-worker-3.json.tmp-7; No space left on device"
+)
+
+
+@pytest.mark.timeout(30)
+def test_a_sigterm_on_a_full_disk_is_one_line_and_the_task_exits_155_at_the_grace(
+    tmp_path, monkeypatch, caplog
+):
+    from estimator_dist.guards import preemption as module
+
+    def full(path, data):
+        raise FULL_DISK
+
+    monkeypatch.setattr(module, "write_json", full)
+    hooked = []
+    monkeypatch.setattr(threading, "excepthook", hooked.append)  # Python's traceback printer
+    worker, exits = make(tmp_path, "worker-3", "worker", grace_secs=0.5)
+    worker.install()
+    try:
+        worker.session_started(7)
+        os.kill(os.getpid(), signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        while not exits.calls and time.monotonic() < deadline:
+            threading.Event().wait(0.01)
+    finally:
+        worker.uninstall()
+    assert hooked == [], "a thread of the package ended on a traceback"
+    assert exits.codes == [exit_codes.PREEMPTED]
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    said = [m for m in warned if "cannot write its preemption request" in m]
+    assert said == [
+        "estimator_dist: task worker-3 cannot write its preemption request "
+        f"{tmp_path}/preemption/request-worker-3.json (ResourceExhaustedError: "
+        "/runs/1/preemption/request-worker-3.json.tmp-7; No space left on device): the other "
+        "tasks do not learn of the signal, and this task exits 155 after the grace of 0.5 s; "
+        "the restart resumes from the latest checkpoint."
+    ]
+
+
+@pytest.mark.timeout(30)
+def test_a_thread_of_the_package_that_raises_says_one_line_and_logs_its_traceback(
+    monkeypatch, caplog
+):
+    from estimator_dist.base.console import ConsoleFilter, LogFormatter
+    from estimator_dist.guards.preemption import _one_line
+
+    def polls():
+        raise FULL_DISK
+
+    hooked = []
+    monkeypatch.setattr(threading, "excepthook", hooked.append)
+    thread = threading.Thread(target=_one_line("chief-0", "preemption polling", polls))
+    thread.start()
+    thread.join(timeout=10)
+    assert hooked == []
+    formatter = LogFormatter()
+    log = "\n".join(formatter.format(record) for record in caplog.records).splitlines()
+    assert any(line.endswith("raise FULL_DISK") for line in log), "the traceback is in the log"
+    shown = [line for line in map(ConsoleFilter(), log) if line is not None]
+    assert shown == [
+        "estimator_dist: task chief-0: its preemption polling thread ended on "
+        "ResourceExhaustedError: /runs/1/preemption/request-worker-3.json.tmp-7; No space left "
+        "on device (the traceback is in the task log)."
+    ]

@@ -6,7 +6,9 @@ what each one raised. Timeouts are a few seconds, and every thread is joined
 with a bound.
 """
 
+import logging
 import queue
+import re
 import socket
 import threading
 import time
@@ -16,7 +18,7 @@ import pytest
 from estimator_dist.base.cluster import ClusterConfig, make_local_cluster
 from estimator_dist.base.errors import ClusterMismatchError, ClusterTimeoutError, PortInUseError
 from estimator_dist.guards import rendezvous as rendezvous_module
-from estimator_dist.guards.rendezvous import _problems, diff_views, rendezvous
+from estimator_dist.guards.rendezvous import WaitNotice, _problems, diff_views, rendezvous
 from tests.procs import free_ports, local_cluster
 
 pytestmark = pytest.mark.timeout(60)
@@ -260,6 +262,119 @@ def test_worker_without_chief_times_out_naming_the_chief():
     error = results["worker-0"]
     assert isinstance(error, ClusterTimeoutError), error
     assert f"the chief ({cluster.tasks[0].jobs['chief'][0]}) did not answer worker-0" in str(error)
+
+
+# --- waiting lines ------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self, now=0.0):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+def notice_at(clock, lines, **kwargs):
+    return WaitNotice("chief-0", "at the rendezvous", 600, clock=clock, say=lines.append, **kwargs)
+
+
+def test_a_waiting_line_every_30_s_names_the_missing_peers_the_time_and_the_bound():
+    clock, lines = Clock(), []
+    notice = notice_at(clock, lines)
+    missing = ["worker-0 (h:1)", "worker-1 (h:2)"]
+    schedule = {}
+    for now in (0, 10, 29.9, 30, 31, 59.9, 60.4, 61, 89):
+        clock.now = now
+        notice.update(missing)
+        schedule[now] = len(lines)
+    assert schedule == {0: 0, 10: 0, 29.9: 0, 30: 1, 31: 1, 59.9: 1, 60.4: 2, 61: 2, 89: 2}
+    assert lines == [
+        "estimator_dist: task chief-0 waiting for worker-0 (h:1), worker-1 (h:2) at the "
+        "rendezvous for 30 s of at most 600 s",
+        "estimator_dist: task chief-0 waiting for worker-0 (h:1), worker-1 (h:2) at the "
+        "rendezvous for 60 s of at most 600 s",
+    ]
+
+
+def test_a_waiting_line_missed_while_blocked_comes_once_and_the_schedule_keeps_its_beat():
+    clock, lines = Clock(), []
+    notice = notice_at(clock, lines)
+    clock.now = 100  # Blocked from 0 to 100 s: the lines due at 30, 60 and 90 s come as one.
+    assert notice.update(["worker-0 (h:1)"])
+    assert len(lines) == 1 and "for 100 s of at most 600 s" in lines[0]
+    assert notice.due_in() == 20  # The next at 120 s, not at 130 s.
+    clock.now = 119
+    assert not notice.update(["worker-0 (h:1)"]) and len(lines) == 1
+
+
+def test_no_waiting_line_when_nobody_is_missing_unless_an_idle_text_is_given():
+    clock, lines = Clock(), []
+    quiet = notice_at(clock, lines)
+    idle = notice_at(clock, lines, idle="{role} alone for {waited:.0f} s of at most {bound:g} s")
+    clock.now = 30
+    assert quiet.update([]) and lines == []
+    assert idle.update([]) and lines == ["chief-0 alone for 30 s of at most 600 s"]
+
+
+def test_the_waiting_interval_is_configurable_and_30_s_by_default():
+    clock, lines = Clock(), []
+    assert rendezvous_module.WAIT_NOTICE_SECS == 30
+    assert notice_at(clock, lines).due_in() == 30
+    assert notice_at(clock, lines, every=5).due_in() == 5
+
+
+def waiting_lines(caplog, role):
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.getMessage().startswith(f"estimator_dist: task {role} waiting for")
+    ]
+
+
+def test_the_chief_and_the_tasks_already_in_name_the_late_task_while_they_wait(monkeypatch, caplog):
+    monkeypatch.setattr(rendezvous_module, "WAIT_NOTICE_SECS", 0.3)
+    caplog.set_level(logging.INFO)
+    cluster = local_cluster(3)
+    late = task(cluster, "worker-1")
+    address = late.jobs["worker"][1]
+    tasks = Tasks(timeout=10.0)
+    tasks.start("chief-0", task(cluster, "chief-0"))
+    tasks.start("worker-0", task(cluster, "worker-0"))
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline and not (
+        waiting_lines(caplog, "chief-0") and waiting_lines(caplog, "worker-0")
+    ):
+        time.sleep(0.05)
+    tasks.start("worker-1", late)
+    assert tasks.join() == {"chief-0": None, "worker-0": None, "worker-1": None}
+    for role in ("chief-0", "worker-0"):
+        lines = waiting_lines(caplog, role)
+        assert lines, f"{role} waited silently"
+        assert all(
+            re.fullmatch(
+                rf"estimator_dist: task {role} waiting for worker-1 \({re.escape(address)}\) "
+                r"at the rendezvous for \d+ s of at most 10 s",
+                line,
+            )
+            for line in lines
+        ), lines
+    assert not waiting_lines(caplog, "worker-1")  # It came last: nobody was missing for it.
+
+
+def test_a_task_that_cannot_reach_the_chief_names_it_while_it_waits(monkeypatch, caplog):
+    monkeypatch.setattr(rendezvous_module, "WAIT_NOTICE_SECS", 0.3)
+    caplog.set_level(logging.INFO)
+    cluster = local_cluster(2)
+    chief = cluster.tasks[0].jobs["chief"][0]
+    results = run_all([task(cluster, "worker-0")], timeout=1.2)
+    assert isinstance(results["worker-0"], ClusterTimeoutError)
+    lines = waiting_lines(caplog, "worker-0")
+    assert lines and all(
+        line.startswith(f"estimator_dist: task worker-0 waiting for chief-0 ({chief}) at the")
+        and line.endswith("of at most 1.2 s")
+        for line in lines
+    ), lines
 
 
 # --- port in use --------------------------------------------------------------

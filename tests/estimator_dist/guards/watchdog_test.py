@@ -414,7 +414,210 @@ def test_hook_reports_an_input_that_runs_out_before_the_last_step(tmp_path, max_
     ] == expected
 
 
+# --- session creation and the first step (exit 157) -----------------------------
+
+
+def in_session(peers=None, startup=600.0):
+    """A watchdog whose graph is built: session creation began at the clock's time."""
+    dog, clock, exits = make_watchdog(peers, startup=startup)
+    clock.now += 50  # Imports and graph building count against the start-up timeout only.
+    dog.session_begins()
+    return dog, clock, exits
+
+
+def test_session_creation_past_the_stall_timeout_is_session_hung_naming_the_phase(listening):
+    dog, clock, exits = in_session({"chief-0": listening})
+    clock.now += STALL - 0.01
+    dog.check()
+    assert exits.calls == []
+    clock.now += 0.02
+    dog.check()
+    assert exits.codes == [exit_codes.SESSION_HUNG]
+    assert exit_codes.is_retryable(exit_codes.SESSION_HUNG)
+    cause = exits.calls[0][2]
+    assert cause.startswith(
+        "session creation (restore or init_op, local_init_op, the hooks' after_create_session) "
+        "did not end within 20 s (--stall_timeout) after its graph was built (every peer "
+        "accepts connections)."
+    ), cause
+    assert "restart the whole job from its latest checkpoint" in cause
+
+
+def test_a_first_step_that_does_not_end_is_session_hung_naming_the_unreachable_peer(refusing):
+    dog, clock, exits = in_session({"chief-0": refusing})
+    clock.now += 5
+    dog.session_created(300)  # Restored the checkpoint of step 300.
+    dog.first_step_runs()  # The hooks' after_create_session are done: the first step runs.
+    clock.now += STALL - 4
+    dog.check()
+    assert exits.codes == [exit_codes.SESSION_HUNG]
+    cause = exits.calls[0][2]
+    assert cause.startswith(
+        "the session was ready 16 s ago, but the first step (which meets every peer in its "
+        f"first collective) did not end within 20 s (--stall_timeout) after its graph was "
+        f"built, at global step 300 (unreachable: chief-0 ({refusing}))."
+    ), cause
+
+
+def test_a_session_hung_before_its_step_was_read_names_the_latest_checkpoint_step(tmp_path):
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-300"\n')
+    (tmp_path / "model.ckpt-300.index").write_bytes(b"")
+    clock, exits = Clock(), Exits()
+    dog = Watchdog("worker-1", {}, 600, STALL, exit_fn=exits, clock=clock, model_dir=str(tmp_path))
+    dog.session_begins()  # Hangs in the restore: the session never reports its step.
+    clock.now += STALL + 1
+    dog.check()
+    assert exits.codes == [exit_codes.SESSION_HUNG]
+    assert "after its graph was built, at global step 300 (" in exits.calls[0][2]
+
+
+def test_the_session_bound_counts_from_the_graph_and_ends_at_the_first_step():
+    dog, clock, exits = make_watchdog(startup=600.0)
+    clock.now += 100  # A long graph build is not session creation.
+    dog.check()
+    dog.session_begins()
+    clock.now += STALL * 0.9
+    dog.progress(0)
+    clock.now += STALL * 0.9  # Past the session bound, but the first step came.
+    dog.check()
+    assert exits.calls == []
+    dog.session_begins()  # A later session (after a step) starts no session bound.
+    clock.now += STALL * 0.2
+    dog.progress(1)
+    clock.now += STALL * 0.9
+    dog.check()
+    assert exits.calls == []
+
+
+def test_a_start_up_timeout_shorter_than_the_session_bound_still_ends_start_up():
+    dog, clock, exits = in_session(startup=60.0)
+    clock.now += 10.01  # 60.01 s from start, 10.01 s into session creation.
+    dog.check()
+    assert exits.codes == [exit_codes.CLUSTER_TIMEOUT]
+
+
+def session_lines(caplog):
+    return [r.getMessage() for r in caplog.records if "in session creation" in r.getMessage()]
+
+
+@pytest.mark.parametrize("reachable", [False, True])
+def test_session_creation_says_every_30_s_which_peers_it_cannot_reach(
+    caplog, refusing, listening, reachable
+):
+    peer = listening if reachable else refusing
+    clock, exits = Clock(), Exits()
+    dog = Watchdog("worker-1", {"chief-0": peer}, 600, 100, exit_fn=exits, clock=clock)
+    dog.session_begins()
+    lines_at = {}
+    with caplog.at_level(logging.INFO):
+        for now in (10, 29.9, 30, 45, 59.9, 60, 75, 90.5):
+            clock.now = 1000 + now
+            dog.check()
+            lines_at[now] = len(session_lines(caplog))
+    assert lines_at == {10: 0, 29.9: 0, 30: 1, 45: 1, 59.9: 1, 60: 2, 75: 2, 90.5: 3}
+    assert exits.calls == []
+    if reachable:
+        expected = (
+            "estimator_dist: task worker-1 in session creation and its first step for {} s of "
+            "at most 100 s; every peer accepts connections"
+        )
+    else:
+        expected = (
+            f"estimator_dist: task worker-1 waiting for chief-0 ({refusing}) in session "
+            "creation for {} s of at most 100 s"
+        )
+    assert session_lines(caplog) == [expected.format(s) for s in (30, 60, 90)]
+
+
+# --- the end of training (exit 158) --------------------------------------------
+
+
+def test_no_progress_after_training_ended_is_final_phase_hung_from_the_end_not_the_last_step():
+    dog, clock, exits = make_watchdog(last_step=300)
+    dog.progress(290)
+    clock.now += STALL * 0.75
+    dog.training_ended(300)
+    clock.now += STALL * 0.75  # 1.5 stall timeouts after the last fetched step: no stall.
+    dog.check()
+    assert exits.calls == []
+    clock.now += STALL * 0.25 + 0.01
+    dog.check()
+    assert exits.codes == [exit_codes.FINAL_PHASE_HUNG]
+    assert exit_codes.is_retryable(exit_codes.FINAL_PHASE_HUNG)
+    assert exits.calls[0][2] == (
+        "the end of training made no progress for 20 s (stall timeout 20 s) after the training "
+        "loop ended at global step 300: saving the final checkpoint or closing the session, "
+        "which waits for the peers. A hung collective or a frozen peer does not end by itself; "
+        "restart the job from its latest checkpoint. Raise --stall_timeout if this phase is "
+        "this slow on purpose."
+    )
+
+
+def test_a_final_evaluation_reading_batches_is_progress_and_one_that_stops_is_named():
+    dog, clock, exits = _alone()
+    dog.progress(290)
+    dog.training_ended(300)
+    hook = dog.eval_hook()
+    _begin_evaluation(hook, 300)
+    for _ in range(4):
+        clock.now += STALL * 0.9
+        hook.after_run(run_context=None, run_values=None)
+        dog.check()
+    assert exits.calls == []
+    clock.now += STALL + 0.01
+    dog.check()
+    assert exits.codes == [exit_codes.FINAL_PHASE_HUNG]
+    assert (
+        "after the training loop ended at global step 300: the final evaluation of the "
+        "checkpoint of step 300 has read 4 batches, none since" in exits.calls[0][2]
+    )
+
+
+def test_a_hang_after_the_final_evaluation_is_named_the_export():
+    dog, clock, exits = _alone()
+    hook = dog.eval_hook()
+    dog.progress(100)
+    _begin_evaluation(hook, 100)  # An evaluation during training does not count.
+    hook.end(session=None)
+    dog.training_ended(300)
+    clock.now += STALL + 0.01
+    dog.check()
+    assert "the global step" not in exits.calls[0][2]
+    assert "saving the final checkpoint or closing the session." in exits.calls[0][2]
+    exits.calls.clear()
+    _begin_evaluation(hook, 300)
+    hook.end(session=None)
+    clock.now += STALL + 0.01
+    dog.check()
+    assert exits.codes == [exit_codes.FINAL_PHASE_HUNG]
+    assert "the final evaluation ended; the export after it" in exits.calls[0][2]
+
+
 # --- hook ---------------------------------------------------------------------
+
+
+def test_hook_marks_the_session_phases_in_a_real_estimator(tmp_path):
+    # A hook that "hangs" in after_create_session moves the clock: the session bound counts
+    # from the graph's completion to the first step's start, and the first step ends it.
+    clock, exits = Clock(), Exits()
+    dog = Watchdog("worker-1", {}, 600, STALL, exit_fn=exits, clock=clock)
+    seen = {}
+
+    class Hang(tf.compat.v1.train.SessionRunHook):
+        def begin(self):
+            seen["began"] = dog._session_began
+
+        def after_create_session(self, session, coord):
+            clock.now += STALL + 1
+            dog.check()
+
+    estimator = tf.estimator.Estimator(linear_model_fn, model_dir=str(tmp_path))
+    estimator.train(_repeated_input, hooks=[dog.hook(), Hang()], max_steps=3)
+    assert seen["began"] == 1000.0
+    assert exits.codes == [exit_codes.SESSION_HUNG]
+    assert exits.calls[0][2].startswith("session creation (restore or init_op")
+    assert "after its graph was built, at global step 0 (" in exits.calls[0][2]
+    assert dog._first_run == 1000.0 + STALL + 1
 
 
 def test_hook_reports_sessions_and_steps():
@@ -609,3 +812,21 @@ def test_evaluator_watchdog_never_judges_a_sleeping_evaluator_nor_one_past_the_l
         assert dog.finished()
     finally:
         dog.stop()
+
+
+def test_a_stall_names_the_latest_checkpoints_step_when_the_task_saw_an_older_one(tmp_path):
+    # The task saw step 0, but the job had checkpointed step 300: the message says 300.
+    (tmp_path / "checkpoint").write_text(
+        f'model_checkpoint_path: "{tmp_path}/model.ckpt-300"\n'
+        f'all_model_checkpoint_paths: "{tmp_path}/model.ckpt-300"\n'
+    )
+    (tmp_path / "model.ckpt-300.index").write_bytes(b"")
+    clock, exits = Clock(), Exits()
+    dog = Watchdog(
+        "worker-1", {}, STARTUP, STALL, exit_fn=exits, clock=clock, model_dir=str(tmp_path)
+    )
+    dog.progress(0)
+    clock.now += STALL + 0.5
+    dog.check()
+    assert exits.codes == [exit_codes.STALLED]
+    assert "the global step stayed at 300 for 20 s" in exits.calls[0][2]

@@ -27,6 +27,7 @@ class ScriptedLauncher:
         self.steps, self.saved = list(steps), list(saved)
         self.lines = []
         self.failed_at, self.last_step_seen, self.evaluator_restarts = None, 0, []
+        self.resumed_steps = {}
 
     def say(self, line):
         self.lines.append(line)
@@ -99,3 +100,17 @@ def test_a_signal_to_the_launcher_still_lists_the_attempts_before_it(tmp_path, s
         "restart after attempt 0: worker-0 was killed by SIGKILL; resumed from checkpoint step "
         "40, 5 step(s) lost"
     )
+
+
+def test_a_restart_that_fell_back_past_the_checkpoint_says_where_the_chief_resumed(
+    tmp_path, sleeps
+):
+    # Attempt 0 left checkpoint 300; attempt 1's chief could not load it and ran from 200, as
+    # its FirstStep event says: the summary names 200, and the steps lost count from there.
+    launcher = ScriptedLauncher(tmp_path, [KILLED, None], steps=[340, 400], saved=[300, 400])
+    launcher.resumed_steps = {0: 0, 1: 200}
+    assert run(launcher, tmp_path) == exit_codes.OK
+    assert (
+        "restart after attempt 0: worker-0 was killed by SIGKILL; resumed at global step 200 "
+        "(checkpoint step 300 was not used), 140 step(s) lost"
+    ) in launcher.lines

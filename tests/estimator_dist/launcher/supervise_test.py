@@ -688,3 +688,78 @@ def test_the_protocol_line_counts_only_among_the_first_lines(tmp_path):
     pumped = pump(tmp_path, [*early, PROTOCOL_LINE, *TASK_LINES], TASK_EVENTS)
     shown = [*early, PROTOCOL_LINE, *TASK_LINES]
     assert pumped.shown == "".join(f"[chief] {line}\n" for line in shown)
+
+
+# --- a silent evaluator -------------------------------------------------------------
+
+
+class Running:
+    """A task's process that runs, silent, until killed; its kill is its exit, as the pump's."""
+
+    pid = 1405
+
+    def __init__(self, exits=None, task=None):
+        self.code = None
+        self._exits, self._task = exits, task
+        self.stdout, self.status = [], []
+
+    def poll(self):
+        return self.code
+
+    def kill(self):
+        self.code = -9
+        if self._exits is not None:
+            self._exits.put((self._task, -9))
+
+
+def silent_job(tmp_path, now):
+    """A job whose tasks all run silent, on a clock the test sets (`now[0]`)."""
+    job = Job(tmp_path)
+    job.launcher._clock = lambda: now[0]
+    for task in job.launcher.tasks:
+        task.process = Running(job.launcher._exits, task)
+    return job
+
+
+def test_an_evaluator_silent_for_the_bound_is_killed_and_one_that_beats_is_not(tmp_path):
+    now = [0.0]
+    job = silent_job(tmp_path, now)
+    evaluator = job.by_name["evaluator"]
+    now[0] = 29.9
+    job.launcher._kill_silent_evaluator(30.0)
+    assert evaluator.process.code is None
+    job.launcher._on_event(evaluator, status.Heartbeat(), queue.Queue())  # heard at 29.9
+    now[0] = 59.8
+    job.launcher._kill_silent_evaluator(30.0)
+    assert evaluator.process.code is None
+    now[0] = 60.0
+    job.launcher._kill_silent_evaluator(30.0)
+    assert evaluator.process.code == -9
+    assert evaluator.detail.startswith("it sent nothing on its status channel for 30 s")
+    # Training tasks, as silent for longer, are the heartbeat between tasks' to judge.
+    assert [job.by_name[n].process.code for n in ("chief", "worker-0")] == [None, None]
+
+
+def test_a_silent_evaluator_is_restarted_alone_while_training_goes_on(tmp_path, monkeypatch):
+    (tmp_path / "logs").mkdir()
+    now = [100.0]
+    job = silent_job(tmp_path, now)
+    started = []
+
+    def start_task(spec):  # The restarted evaluator: evaluates, then finishes.
+        started.append(spec.config.role)
+        return FakeProcess(events=[status.Heartbeat()], code=0)
+
+    monkeypatch.setattr(job.launcher._engine, "start_task", start_task)
+    job.exit("chief", 0)
+    job.exit("worker-0", 0)
+    assert job.supervise(evaluator_restarts=1) is None
+    assert started == ["evaluator-0"]
+    said = job.out.getvalue()
+    assert (
+        "[launcher] evaluator was killed by SIGKILL: it sent nothing on its status channel for "
+        "100 s (no heartbeat, expected every 2 s): frozen (stopped by a signal, a paused "
+        "machine) or hung in start-up; killed; restarting the evaluator alone from checkpoint "
+        f"step {TRAIN_STEPS} (evaluator restart 1); training goes on\n"
+    ) in said
+    assert "[launcher] evaluator finished\n" in said

@@ -215,3 +215,78 @@ def test_a_model_dir_on_a_file_system_tensorflow_lacks_is_a_usage_error():
     message = str(raised.value)
     assert "--model_dir=s3://bucket/run" in message
     assert "s3" in message and "Mount the storage" in message
+
+
+# --- a checkpoint deleted while it was restored (exit 159) ----------------------------
+
+
+def save_checkpoints(model_dir, steps):
+    """Real checkpoints of one variable at each of `steps`; returns their paths."""
+    paths = []
+    with tf.Graph().as_default():
+        tf.compat.v1.get_variable("v", [3])
+        saver = tf.compat.v1.train.Saver(max_to_keep=None)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            for step in steps:
+                paths.append(saver.save(session, f"{model_dir}/model.ckpt", global_step=step))
+    return paths
+
+
+def restore_error(path):
+    """What restoring `path` raises, as the evaluator restores it."""
+    with tf.Graph().as_default():
+        tf.compat.v1.get_variable("v", [3])
+        saver = tf.compat.v1.train.Saver()
+        with tf.compat.v1.Session() as session:
+            with pytest.raises(Exception) as raised:
+                saver.restore(session, path)
+    return raised.value
+
+
+@pytest.mark.parametrize("removed", ["data", "all", "reader"])
+def test_a_checkpoint_rotated_away_while_restored_exits_159_naming_it_and_the_newest(
+    tmp_path, removed
+):
+    old, newest = save_checkpoints(tmp_path, [100, 300])
+    for name in tf.io.gfile.glob(f"{old}.{'data' if removed == 'data' else ''}*"):
+        os.remove(name)
+    if removed == "reader":
+        with pytest.raises(tf.errors.NotFoundError) as raised:
+            tf.train.load_checkpoint(old)
+        error = raised.value
+    else:
+        error = restore_error(old)
+    # Saver's ValueError when the index is gone, RestoreV2's NotFoundError when a data file is.
+    assert isinstance(error, ValueError if removed == "all" else tf.errors.NotFoundError)
+    explain = diagnose.explain_user_error if removed == "all" else diagnose.explain_training_error
+    explained = explain(error, None, 0) if removed == "all" else explain(error, 0, 1.0)
+    assert explained.exit_code == exit_codes.CHECKPOINT_GONE == 159
+    assert exit_codes.is_retryable(explained.exit_code)
+    assert str(explained) == (
+        f"the checkpoint {old} was deleted while this task restored it: training keeps the "
+        "newest --keep_checkpoint_max checkpoints and removed it meanwhile (this task was slow "
+        f"or frozen). Restarted, the task takes the newest checkpoint instead ({newest})."
+    )
+
+
+def test_a_checkpoint_still_whole_is_not_gone_and_a_users_value_error_stays_exit_5(tmp_path):
+    (path,) = save_checkpoints(tmp_path, [100])
+    named = ValueError(f"The passed save_path is not a valid checkpoint: {path}")
+    assert diagnose.explain_checkpoint_gone(named) is None  # Its files are all there.
+    mistake = ValueError("Shapes (None, 10) and (None, 3) are incompatible")
+    explained = diagnose.explain_user_error(mistake, str(tmp_path), 7)
+    assert explained.exit_code == exit_codes.USER_CODE
+    assert str(explained).startswith("training raised ValueError: Shapes (None, 10)")
+
+
+def test_a_lost_peer_names_the_checkpointed_step_when_the_task_saw_an_older_one(tmp_path):
+    save_checkpoints(tmp_path, [300])
+    error = tf.errors.UnavailableError(None, None, "Socket closed")
+    explained = diagnose.explain_training_error(error, 0, 109.5, str(tmp_path))
+    assert "UnavailableError at global step 300 after 109.5 s" in str(explained)
+    newer = diagnose.explain_training_error(error, 340, 109.5, str(tmp_path))
+    assert "UnavailableError at global step 340 after" in str(newer)
+    (tmp_path / "empty").mkdir()
+    first = diagnose.explain_training_error(error, None, 5.0, str(tmp_path / "empty"))
+    assert "UnavailableError before the first step after 5.0 s" in str(first)

@@ -151,6 +151,7 @@ class StubLauncher:
         self.results, self.on_start = list(results), on_start
         self.lines, self.attempts = [], []
         self.failed_at, self.last_step_seen, self.evaluator_restarts = None, 0, []
+        self.resumed_steps = {}
 
     def say(self, line):
         self.lines.append(line)
