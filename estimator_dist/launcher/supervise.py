@@ -113,6 +113,8 @@ class Task:
       straggled: Whether the launcher said that this task lags the chief.
       heard: When (the launcher's clock) the task last sent an event, or was started.
       silenced: Whether the launcher killed it for its silence.
+      exiting: Whether the task said it exits (`status.Exiting`): its heartbeat stops while
+        the interpreter shuts TensorFlow down, which took over 30 s on a loaded machine.
     """
 
     config: ClusterConfig
@@ -123,6 +125,7 @@ class Task:
     straggled: bool = False
     heard: float = 0.0
     silenced: bool = False
+    exiting: bool = False
 
     @property
     def name(self) -> str:
@@ -224,7 +227,7 @@ class Launcher:
     def _spawn(self, task: Task) -> None:
         config = task.config
         plan = self._plan
-        task.heard, task.silenced = self._clock(), False
+        task.heard, task.silenced, task.exiting = self._clock(), False, False
         task.process = self._engine.start_task(TaskSpec(plan.module, plan.args, config, None))
         path = os.path.join(plan.model_dir, console.LOG_DIR, f"{config.role}.log")
         try:
@@ -320,8 +323,10 @@ class Launcher:
             self._say_stragglers()
         elif isinstance(event, status.StopStep) and event.how != status.PREEMPTION:
             self.reported_steps = event.step
-        elif isinstance(event, status.Exiting) and event.cause:
-            task.detail = event.cause.strip()
+        elif isinstance(event, status.Exiting):
+            task.exiting = True
+            if event.cause:
+                task.detail = event.cause.strip()
 
     def _say_stragglers(self) -> None:
         """Says, once each, which workers lag the chief (`lags`)."""
@@ -443,7 +448,8 @@ class Launcher:
         """Kills a running evaluator silent for `silence_secs`; its exit then restarts it.
 
         A frozen process sends no heartbeat, and a stopped one would never
-        exit: SIGKILL ends it even while stopped.
+        exit: SIGKILL ends it even while stopped. One that said it exits is past
+        its work; the bound after the training tasks finish covers its exit.
         """
         now = self._clock()
         for task in self.tasks:
@@ -452,6 +458,7 @@ class Launcher:
                 task.config.task_type != EVALUATOR
                 or task.process is None
                 or task.silenced
+                or task.exiting
                 or silent < silence_secs
                 or task.process.poll() is not None
             ):

@@ -740,6 +740,18 @@ def test_an_evaluator_silent_for_the_bound_is_killed_and_one_that_beats_is_not(t
     assert [job.by_name[n].process.code for n in ("chief", "worker-0")] == [None, None]
 
 
+def test_an_evaluator_that_said_it_exits_is_not_killed_for_its_silence(tmp_path):
+    # Its final evaluation done, an evaluator's interpreter shutting TensorFlow down sends no
+    # heartbeat (over 30 s on a loaded machine): killing it then failed a finished job.
+    now = [0.0]
+    job = silent_job(tmp_path, now)
+    evaluator = job.by_name["evaluator"]
+    job.launcher._on_event(evaluator, status.Exiting(exit_code=0), queue.Queue())
+    now[0] = 600.0
+    job.launcher._kill_silent_evaluator(30.0)
+    assert evaluator.process.code is None
+
+
 def test_a_silent_evaluator_is_restarted_alone_while_training_goes_on(tmp_path, monkeypatch):
     (tmp_path / "logs").mkdir()
     now = [100.0]
