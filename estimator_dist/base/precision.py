@@ -207,11 +207,15 @@ def rewrite_session_config(
     options it is given and adds its own, so the rewrite reaches the
     multi-worker sessions too. There, TensorFlow 2.15 fails the first step
     of a bfloat16 graph with grappler's remapper on: the remapper fuses a
-    bfloat16 convolution, bias and activation into `_FusedConv2D`, which a
-    worker validates against the op's registered types (no bfloat16) before
-    oneDNN's layout pass would rename it to its own kernel, as a one-process
+    bfloat16 convolution, bias and activation into `_FusedConv2D`, and every
+    task's `GraphMgr::InitItem` (graph_mgr.cc, on RegisterGraph) validates
+    each node against its OpDef (`validate_nodes`), whose `T` has no
+    bfloat16, before oneDNN's layout pass (POST_PARTITIONING, later in the
+    same function) would rename it to its own kernel, as a one-process
     session does. So on a task of a cluster (`distributed`) bfloat16 turns
-    the remapper off; in one process it stays on, and faster.
+    the remapper off; in one process it stays on, and faster. No session
+    setting keeps it (docs/performance.md, "The rewrite in a multi-worker
+    session").
 
     Args:
       precision: What the sessions compute in.
