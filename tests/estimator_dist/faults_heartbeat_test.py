@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from estimator_dist.base import exit_codes
 from estimator_dist.base.cluster import CHIEF, WORKER, ClusterConfig
+from tests.estimator_dist import faults_test
 from tests.procs import (
     CHIEF_STEP_LINE,
     TASK_STEP_LINE,
@@ -45,15 +46,10 @@ SAVE_STEPS = 50
 
 
 def task_args(model_dir, data_dir, *extra):
-    return [
-        f"--model_dir={model_dir}",
-        f"--data_dir={data_dir}",
-        "--input_fn=tests.task_inputs:example_sharded",
-        "--log_step_count_steps=10",
-        "--eval_throttle_secs=1",
-        f"--save_checkpoints_steps={SAVE_STEPS}",
-        *extra,
-    ]
+    """The fault tests' task flags, with a checkpoint every `SAVE_STEPS`."""
+    return faults_test.task_args(
+        model_dir, data_dir, f"--save_checkpoints_steps={SAVE_STEPS}", *extra
+    )
 
 
 def assert_finished_at(model_dir, steps, output):
