@@ -17,7 +17,7 @@ thread for training, as in FACTS.md:
    epoch only.
 
 Each input_fn runs as the package hands it to Estimator (`bind_input_fn`:
-tf.data autotuning off, see `estimator_dist.base.tf_patches`).
+tf.data autotuning off, see `estimator_dist.tf_runtime.patches`).
 
 The pipeline can feed training when (1) / (2) is above 1; (3) / (2) then
 shows what the pipeline's CPU time costs training when both share one core.

@@ -27,7 +27,7 @@ While it runs, `tf.estimator.train_and_evaluate` (and its
   with --communication on the chief and workers (and in a single process), a
   local MirroredStrategy on the evaluator, which is outside the cluster; a
   strategy the script built itself is kept (a MultiWorkerMirroredStrategy
-  then all-reduces sparse gradients as dense tensors, `estimator_dist.base.tf_patches`);
+  then all-reduces sparse gradients as dense tensors, `estimator_dist.tf_runtime.patches`);
 * checks that the cluster agrees before TensorFlow starts its servers
   (`estimator_dist.guards.rendezvous`), adds the fail-fast watchdogs of
   `estimator_dist.guards.watchdog` and the preemption checkpoint of
@@ -91,16 +91,16 @@ def run_script(config: ScriptConfig, cluster: ClusterConfig) -> int:
       Error: another failure with an exit code of its own.
       tf.errors.OpError: a TensorFlow error that none of these explains.
     """
-    from estimator_dist.base import tf_patches
     from estimator_dist.guards.roles import enter_task
     from estimator_dist.guards.startup import Startup
     from estimator_dist.programs.task import ScriptTask
     from estimator_dist.programs.user import explained, shown
+    from estimator_dist.tf_runtime import patches
 
     startup = Startup(cluster.role)
     startup.mark("imports")
     enter_task(cluster)
-    tf_patches.install()
+    patches.install()
     task = ScriptTask(config, cluster, startup)
     # What `python train.py` or `python -m trainer.task` gives the program.
     sys.argv = [config.path, *config.args]

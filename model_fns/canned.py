@@ -21,7 +21,7 @@ optimizers of the combined model). So, unlike a Keras optimizer in a custom
 model_fn, a canned estimator on N workers steps like one worker on the
 global batch. The sparse gradients of their linear and embedding columns
 are all-reduced as dense tensors by the MultiWorkerMirroredStrategy of
-`run_config.get_strategy` (`estimator_dist.base.tf_patches`).
+`run_config.get_strategy` (`estimator_dist.tf_runtime.patches`).
 
 Example:
   >>> import tensorflow as tf
@@ -97,7 +97,7 @@ def keras_optimizer(name: str, learning_rate: float) -> Callable[[], Any]:
     A factory, not an instance: the estimator calls it in each graph it
     builds. Its sparse gradients are all-reduced as dense tensors by the
     MultiWorkerMirroredStrategy of `run_config.get_strategy` (see
-    `estimator_dist.base.tf_patches`), which multi-worker training needs.
+    `estimator_dist.tf_runtime.patches`), which multi-worker training needs.
 
     Example:
       >>> type(keras_optimizer("ftrl", 0.1)()).__name__

@@ -14,7 +14,7 @@ Each reads a dict of features (float, integer or string tensors of shape
 
 Their hashed, bucketized, crossed and embedded columns have sparse
 gradients; under MultiWorkerMirroredStrategy, `run_config.get_strategy`
-makes the strategy all-reduce them as dense tensors (`estimator_dist.base.tf_patches`).
+makes the strategy all-reduce them as dense tensors (`estimator_dist.tf_runtime.patches`).
 
 `wide_and_deep` sums the logits of a linear model on the wide columns and
 of a DNN on the deep columns, and trains each part with its own optimizer,

@@ -6,5 +6,5 @@ one decision of the collective implementation) and `run_config.run_config`
 (the RunConfig builder). The TensorFlow workarounds the strategies rely on
 (sparse gradients all-reduced dense, gradients in bfloat16/float16 on the
 wire, input iterators that close at once) live in
-`estimator_dist.base.tf_patches`, installed once per process.
+`estimator_dist.tf_runtime.patches`, installed once per process.
 """

@@ -185,7 +185,7 @@ class StrategyConfig:
         float32 gradients are rounded to that dtype for the all-reduce, summed
         in it, and converted back to float32 before the optimizer uses them.
         Half the bytes on the network, and about 3 significant digits per
-        gradient value (see `estimator_dist.base.tf_patches`).
+        gradient value (see `estimator_dist.tf_runtime.patches`).
       num_gpus: GPUs per worker (Model Garden's `--num_gpus`): the first
         that many of those a task sees, 0 for the CPU; None (the default)
         uses every visible GPU. The strategy plans its devices with it and

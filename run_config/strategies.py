@@ -23,9 +23,9 @@ import tensorflow as tf
 from absl import logging
 from tensorflow.python.distribute import collective_all_reduce_strategy
 
-from estimator_dist.base import tf_patches
 from estimator_dist.base.cluster import EVALUATOR, ClusterConfig
 from estimator_dist.base.errors import UsageError
+from estimator_dist.tf_runtime import patches
 from run_config.gpus import check_gpus, use_gpus
 from run_config.names import (
     CENTRAL_STORAGE,
@@ -115,7 +115,7 @@ def get_strategy(
       A `tf.distribute.Strategy`, or None for `off`. A
       MultiWorkerMirroredStrategy runs the collectives `communication_for`
       decides, and all-reduces sparse gradients as dense tensors and float32
-      gradients in `config.gradient_wire_dtype` (`tf_patches`, which must be
+      gradients in `config.gradient_wire_dtype` (`tf_runtime.patches`, which must be
       installed first).
 
     Example:
@@ -134,7 +134,7 @@ def get_strategy(
             bytes_per_pack=config.bytes_per_pack,
         )
         strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-        tf_patches.set_gradient_transport(strategy, config.gradient_wire_dtype)
+        patches.set_gradient_transport(strategy, config.gradient_wire_dtype)
         return strategy
     if config.name == MIRRORED:
         return tf.distribute.MirroredStrategy(devices=list(devices) or None)

@@ -122,13 +122,13 @@ def no_tf_config(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def tf_patches_installed():
+def patches_installed():
     """The package's TensorFlow patches, installed as the driver does, and removed after."""
-    from estimator_dist.base import tf_patches
+    from estimator_dist.tf_runtime import patches
 
-    tf_patches.install()
+    patches.install()
     yield
-    tf_patches.uninstall()
+    patches.uninstall()
 
 
 @pytest.fixture

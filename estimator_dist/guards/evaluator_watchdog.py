@@ -6,7 +6,7 @@ evaluates the newest checkpoint, and exits once it evaluated one at or past
 the last step. `EvaluatorWatchdog`:
 
 * ends those sleeps early once a checkpoint at or past the last step exists
-  (through `tf_patches.set_training_sleep`): the final checkpoint is
+  (through `patches.set_training_sleep`): the final checkpoint is
   evaluated at once, and the evaluator exits as TensorFlow does, with no idle
   tail; between earlier evaluations the throttle stays as written;
 * judges the evaluator stalled (exit 152) only when it waits for a checkpoint
@@ -28,10 +28,11 @@ from typing import Callable, Mapping, Optional, Tuple
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist.base import exit_codes, tf_patches
+from estimator_dist.base import exit_codes
 from estimator_dist.guards import preemption
 from estimator_dist.guards.watchdog import EVAL_UNENDING_MESSAGE, fail, unreachable
 from estimator_dist.guards.watchdog_hooks import EvaluationHook
+from estimator_dist.tf_runtime import patches
 
 #: Seconds between two looks for the final checkpoint while TensorFlow's evaluator sleeps.
 POLL_SECS = 0.5
@@ -137,14 +138,14 @@ class EvaluatorWatchdog:
         """Starts watching in a daemon thread, and takes over TensorFlow's evaluator sleeps."""
         self._checkpoint, _ = _latest(self._model_dir)
         self._changed = self._clock()
-        tf_patches.set_training_sleep(self.sleep)
+        patches.set_training_sleep(self.sleep)
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         """Stops watching, and waits for the thread: a daemon thread inside TensorFlow's
         file functions when the interpreter exits aborts the process (SIGABRT)."""
-        tf_patches.set_training_sleep(None)
+        patches.set_training_sleep(None)
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)

@@ -56,9 +56,10 @@ from typing import Any, Callable, Mapping, Optional, Tuple
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist.base import exit_codes, files, status, tf_patches
+from estimator_dist.base import exit_codes, files, status
 from estimator_dist.guards.rendezvous import WaitNotice
 from estimator_dist.guards.watchdog_hooks import EvaluationHook, StepHook
+from estimator_dist.tf_runtime import patches
 
 FAILURE_PREFIX = exit_codes.FAILURE_PREFIX
 #: Why a cluster task whose training loop ended early fails, and the fix.
@@ -122,7 +123,7 @@ def fail(role: str, code: int, cause: str) -> None:
 
 def arm_fail_fast() -> None:
     """Stops MonitoredSession from silently re-creating a session after a peer error."""
-    tf_patches.stop_session_recovery()
+    patches.stop_session_recovery()
 
 
 def unreachable(peers: Mapping[str, str], timeout: float = 2.0) -> list:

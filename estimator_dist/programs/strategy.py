@@ -4,7 +4,7 @@ A script whose RunConfig sets no `train_distribute` gets the one its task
 needs (MultiWorkerMirroredStrategy with --communication on the chief and
 workers, a local MirroredStrategy on the evaluator); a strategy the script
 built itself is kept, and a MultiWorkerMirroredStrategy then all-reduces
-sparse gradients as dense tensors (`estimator_dist.base.tf_patches`).
+sparse gradients as dense tensors (`estimator_dist.tf_runtime.patches`).
 `with_distribution` and `set_run_config` give an Estimator other strategies
 as if its constructor had received them. `--mixed_precision` turns its
 grappler rewrite on in the estimator's session config, the script's own
@@ -171,7 +171,7 @@ def _distribute(
     earlier: Optional[Distribution],
 ) -> Distribution:
     """`distribute`'s strategies."""
-    from estimator_dist.base import tf_patches
+    from estimator_dist.tf_runtime import patches
     from run_config.strategies import StrategyConfig, communication_of, make_strategies
 
     run_config = estimator._config
@@ -190,7 +190,7 @@ def _distribute(
         strategies: Strategies = make_strategies(wanted, OFF, cluster)
         if cluster.task_type == EVALUATOR and _is_collective(evaluation):
             # Built by the script on the evaluator, where it is a local strategy
-            # (`tf_patches`, patch 5); evaluation needs none.
+            # (`tf_runtime.patches`, patch 5); evaluation needs none.
             evaluation = None
         set_run_config(
             estimator, with_distribution(run_config, strategies.train_distribute, evaluation)
@@ -213,7 +213,7 @@ def _distribute(
         )
     communication = None
     if collective:
-        tf_patches.set_gradient_transport(own)
+        patches.set_gradient_transport(own)
         communication = own.extended._communication_options.implementation.name
     effective = communication_of(own)
     return Distribution(own, evaluation, type(own).__name__, False, communication, effective)

@@ -242,11 +242,11 @@ class ScriptTask:
     def _run(self, original: Callable, estimator: Any, train_spec: Any, eval_spec: Any) -> Any:
         import tensorflow as tf
 
-        from estimator_dist.base import tf_patches
         from estimator_dist.base.errors import DataError
         from estimator_dist.guards.heartbeat import start_heartbeat
         from estimator_dist.guards.roles import start_preemption, start_watchdog
         from estimator_dist.task import diagnose, early_stopping, last_step, records
+        from estimator_dist.tf_runtime import patches
 
         self._startup.mark("script")
         model_dir, max_steps = self._prepare(estimator, train_spec)
@@ -285,7 +285,7 @@ class ScriptTask:
             try:
                 strategy = estimator._config.train_distribute
                 if strategy is not None and self._cluster.is_distributed:
-                    tf_patches.fresh_collective_keys(strategy, self.calls - 1)
+                    patches.fresh_collective_keys(strategy, self.calls - 1)
                 result = original(estimator, train_spec, eval_spec)
             except early_stopping.StoppedEarly as stopped:
                 logging.info("estimator_dist: the evaluator ends: it %s.", stopped)

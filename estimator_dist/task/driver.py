@@ -25,7 +25,7 @@ from typing import List, Optional, Tuple, Union
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist.base import console, files, precision, status, tf_patches
+from estimator_dist.base import console, files, precision, status
 from estimator_dist.base.cluster import CHIEF, EVALUATOR, WORKER, ClusterConfig
 from estimator_dist.base.errors import DataError, Error
 from estimator_dist.config.job import JobConfig, check_batch
@@ -51,6 +51,7 @@ from estimator_dist.task.preflight import (
     model_fn_estimator,
     preflight,
 )
+from estimator_dist.tf_runtime import patches
 from input_fns import bad_data
 from run_config.run_config import make_run_config
 from run_config.strategies import Strategies, make_strategies
@@ -81,7 +82,7 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     startup = Startup(cluster.role)
     startup.mark("imports")
     enter_task(cluster)
-    tf_patches.install()
+    patches.install()
     checked = preflight(job, cluster.num_workers if cluster.task_type != EVALUATOR else 1)
     startup.mark("pre-flight")
     strategies, num_replicas = _strategies(job, cluster)

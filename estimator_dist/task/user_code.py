@@ -150,7 +150,7 @@ def bind_input_fn(
 
     * a `tf.data.Dataset` loses tf.data autotuning unless its options set it,
       so that the session closes at once when training ends
-      (`estimator_dist.base.tf_patches`);
+      (`estimator_dist.tf_runtime.patches`);
     * a `(features, labels)` tuple of tensors (`numpy_input_fn`,
       `pandas_input_fn`, `iterator.get_next()`) is returned as it is where no
       strategy is in scope, and under a strategy as the callable its input
@@ -254,7 +254,7 @@ def without_autotune(dataset: Any) -> Any:
 
     An autotuned iterator's model thread can sleep out up to a minute after
     its iterator is destroyed (TensorFlow 2.15), which kept jobs idle after
-    their final checkpoint (see `estimator_dist.base.tf_patches`, patch 3).
+    their final checkpoint (see `estimator_dist.tf_runtime.patches`, patch 3).
     `tf.data.AUTOTUNE` parallelism then means every core the task may use,
     and prefetch buffers still adapt (that tuning needs no model thread).
 

@@ -278,7 +278,7 @@ def test_a_corrupt_and_a_partial_checkpoint_are_skipped_and_the_job_ends_at_its_
         assert f"Restoring parameters from {model_dir}/model.ckpt-100" in log, report(
             f"{name} did not restore model.ckpt-100", logs
         )
-    # Not saved again on session creation while the worker restored it (tf_patches 10).
+    # Not saved again on session creation while the worker restored it (patches, patch 10).
     again = (tmp_path / "model.ckpt-100.index").stat()
     assert (again.st_ino, again.st_mtime_ns) == (restored.st_ino, restored.st_mtime_ns)
     assert "holds global step 100 already; not saved again" in logs["chief-0"]

@@ -262,7 +262,7 @@ def run_config_of(monkeypatch, config, strategies):
     return run_config
 
 
-@pytest.mark.usefixtures("tf_patches_installed")
+@pytest.mark.usefixtures("patches_installed")
 @pytest.mark.parametrize("raw, strategy, role, is_chief, jobs, environment", shapes())
 def test_each_role_gets_its_strategy_and_run_config(
     monkeypatch, raw, strategy, role, is_chief, jobs, environment

@@ -20,7 +20,7 @@ from run_config.options import RunConfigOptions, plan_strategy
 from run_config.run_config import make_session_config
 from run_config.strategies import StrategyConfig, get_strategy, make_strategies
 
-pytestmark = pytest.mark.usefixtures("tf_patches_installed")
+pytestmark = pytest.mark.usefixtures("patches_installed")
 
 TWO_WORKERS = {"chief": ["h0:2000"], "worker": ["h1:2000"]}
 

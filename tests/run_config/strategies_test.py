@@ -38,7 +38,7 @@ WITH_PS = {"chief": ["h0:2000"], "worker": ["h1:2000"], "ps": ["h2:2000"]}
 
 
 # TF_CONFIG is unset for every test (tests/conftest.py).
-pytestmark = pytest.mark.usefixtures("tf_patches_installed")
+pytestmark = pytest.mark.usefixtures("patches_installed")
 
 
 def cluster(jobs, task_type, index=0):

@@ -6,10 +6,10 @@ import shutil
 import pytest
 import tensorflow as tf
 
-from estimator_dist.base import tf_patches
 from estimator_dist.base.cluster import ClusterConfig
 from estimator_dist.guards import checkpoints
 from estimator_dist.guards.checkpoints import problem, settle
+from estimator_dist.tf_runtime import patches
 
 
 def save_checkpoints(model_dir, steps):
@@ -188,18 +188,18 @@ def test_a_restored_checkpoint_is_not_saved_again_on_session_creation(model_dir,
     index = os.path.join(model_dir, "model.ckpt-300.index")
     before = os.stat(index)
     if patched:
-        tf_patches.install()
+        patches.install()
     try:
         assert session_at(model_dir) == 300
     finally:
-        tf_patches.uninstall()
+        patches.uninstall()
     after = os.stat(index)
     rewritten = (after.st_ino, after.st_mtime_ns) != (before.st_ino, before.st_mtime_ns)
     # The control shows the save that raced a restoring worker; the patch removes it.
     assert rewritten is not patched
 
 
-def test_a_fresh_start_still_saves_its_first_step(tmp_path, tf_patches_installed):
+def test_a_fresh_start_still_saves_its_first_step(tmp_path, patches_installed):
     assert session_at(str(tmp_path)) == 0
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-0")
 

@@ -17,10 +17,11 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.training import monitored_session
 
-from estimator_dist.base import exit_codes, status, tf_patches
+from estimator_dist.base import exit_codes, status
 from estimator_dist.guards import watchdog
 from estimator_dist.guards.evaluator_watchdog import EvaluatorWatchdog
 from estimator_dist.guards.watchdog import Watchdog, unreachable
+from estimator_dist.tf_runtime import patches
 from tests.hooks import CountingHook
 from tests.task_models import linear_model_fn
 
@@ -244,13 +245,13 @@ def test_session_created_after_a_step_is_session_recovery():
 @pytest.fixture
 def patched():
     """The package's TensorFlow patches, as the driver installs them (fail-fast needs them)."""
-    already = tf_patches.installed()
-    tf_patches.install()
+    already = patches.installed()
+    patches.install()
     try:
         yield
     finally:
         if not already:
-            tf_patches.uninstall()
+            patches.uninstall()
 
 
 def test_first_progress_arms_fail_fast(restore_preemption_errors, patched):

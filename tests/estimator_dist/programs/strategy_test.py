@@ -17,7 +17,7 @@ def _estimator(model_dir):
     return tf.estimator.Estimator(lambda features, labels, mode: None, config=config)
 
 
-@pytest.mark.usefixtures("tf_patches_installed")
+@pytest.mark.usefixtures("patches_installed")
 def test_the_rewrite_is_added_to_the_scripts_session_config(tmp_path, monkeypatch):
     monkeypatch.setattr(cpus, "cpu_flags", lambda: frozenset({"avx2", "amx_bf16"}))
     monkeypatch.setattr(cpus, "onednn_enabled", lambda: True)
@@ -37,7 +37,7 @@ def test_the_rewrite_is_added_to_the_scripts_session_config(tmp_path, monkeypatc
     assert record["mixed_precision"]["reason"] == "CPU flags amx_bf16: bfloat16"
 
 
-@pytest.mark.usefixtures("tf_patches_installed")
+@pytest.mark.usefixtures("patches_installed")
 def test_off_leaves_the_scripts_session_config_alone(tmp_path):
     estimator = _estimator(str(tmp_path))
     before = estimator.config.session_config

@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_dist.base import exit_codes, tf_patches
+from estimator_dist.base import exit_codes
 from estimator_dist.base.errors import ClusterTimeoutError, UsageError
 from estimator_dist.guards.evaluator_watchdog import EvaluatorWatchdog, judge
 from estimator_dist.task import last_step
 from estimator_dist.task.user_code import bind_input_fn
+from estimator_dist.tf_runtime import patches
 from tests.equivalence import TOLERANCE, checkpoint_variables, max_difference
 from tests.procs import REPO, measured, run_module, run_modules
 
@@ -193,15 +194,15 @@ def test_the_evaluators_sleep_ends_once_the_last_step_is_checkpointed(tmp_path, 
         dog.stop()
 
 
-def test_training_py_sleeps_through_the_function_set(tf_patches_installed):
+def test_training_py_sleeps_through_the_function_set(patches_installed):
     from tensorflow_estimator.python.estimator import training
 
     slept = []
-    tf_patches.set_training_sleep(slept.append)
+    patches.set_training_sleep(slept.append)
     try:
         training.time.sleep(120)
     finally:
-        tf_patches.set_training_sleep(None)
+        patches.set_training_sleep(None)
     assert slept == [120]
     assert training.time.time() == pytest.approx(time.time(), abs=5)
 

@@ -21,7 +21,7 @@ internals these are.
    4 float32 table adds 16 MB; huge embeddings belong on `parameter_server`).
    Optimizers, v1 and Keras legacy (the V2 canned estimators), all go through
    `batch_reduce_to`; `_reduce_to` only ever carries the logged loss.
-   Shown by `tests/estimator_dist/base/tf_patches_sparse_test.py` (two real workers, a v1 and a
+   Shown by `tests/estimator_dist/tf_runtime/patches_sparse_test.py` (two real workers, a v1 and a
    V2 `DNNLinearCombinedClassifier` and an embedding_lookup model_fn).
 
 2. **Gradients on the wire in bfloat16 or float16** (same method, when
@@ -31,7 +31,7 @@ internals these are.
    optimizer applies them: 8 (bfloat16) or 11 (float16) significant bits per
    value, half the bytes. float16 flushes values below about 6e-8 to 0 and
    overflows above 65504 (no loss scaling). Shown by
-   `tests/estimator_dist/base/tf_patches_wire_test.py`.
+   `tests/estimator_dist/tf_runtime/patches_wire_test.py`.
 
 3. **Input iterators that close at once**
    (`multi_device_iterator_ops._create_device_dataset`). An autotuned
@@ -40,7 +40,7 @@ internals these are.
    60 s: a job sat idle 38-94 s after its final checkpoint. The per-replica
    datasets distributed input builds only forward elements, so they are
    built without autotuning (the user's own datasets get the same through
-   `estimator_dist.task.user_code`). Shown by `tests/estimator_dist/base/tf_patches_test.py`.
+   `estimator_dist.task.user_code`). Shown by `tests/estimator_dist/tf_runtime/patches_test.py`.
 
 4. **The model_fn runs as written under a strategy**
    (`Estimator._call_model_fn`, marked as AutoGraph output). Under a
@@ -49,7 +49,7 @@ internals these are.
    start-up on 2 cores, and Python control flow on tensors gets a meaning it
    never has in one process. Marked, it runs as Estimator runs it without a
    strategy (Keras layers still convert their own `call`). Shown by
-   `tests/estimator_dist/base/tf_patches_autograph_test.py`.
+   `tests/estimator_dist/tf_runtime/patches_autograph_test.py`.
 
 5. **A MultiWorkerMirroredStrategy built on the evaluator**
    (`CollectiveAllReduceExtended._initialize_strategy`). The evaluator is
@@ -74,7 +74,7 @@ internals these are.
    session call of its own after every step: two calls per training step
    instead of one. Training runs one step per call here, so the hook is told
    so, and reads the step again only when a save may be due; it saves at the
-   same steps. Shown by `tests/estimator_dist/base/tf_patches_test.py`.
+   same steps. Shown by `tests/estimator_dist/tf_runtime/patches_test.py`.
 
 8. **The evaluator's sleeps can end early** (`training.time`, the `time`
    module as `tensorflow_estimator`'s training.py sees it). TensorFlow's
@@ -217,7 +217,7 @@ def set_gradient_transport(strategy: tf.distribute.Strategy, wire_dtype: str = "
         )
     if not installed():
         raise RuntimeError(
-            "estimator_dist.base.tf_patches.install() must run before a strategy is given a "
+            "estimator_dist.tf_runtime.patches.install() must run before a strategy is given a "
             "gradient transport (the driver and the script runner call it at start-up)."
         )
     setattr(strategy.extended, _TRANSPORT, GradientTransport(wire_dtype))

@@ -1,4 +1,4 @@
-"""tf_patches, patch 4: under a strategy the model_fn runs as written, not rewritten."""
+"""tf_runtime.patches, patch 4: under a strategy the model_fn runs as written, not rewritten."""
 
 import copy
 import sys
@@ -7,12 +7,12 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.autograph.impl.api import is_autograph_artifact
 
-from estimator_dist.base import tf_patches
 from estimator_dist.config.job import JobConfig
 from estimator_dist.task import driver, preflight
+from estimator_dist.tf_runtime import patches
 from run_config.run_config import RunConfigOptions
 
-pytestmark = pytest.mark.usefixtures("tf_patches_installed")
+pytestmark = pytest.mark.usefixtures("patches_installed")
 
 
 def _recording_model_fn(seen):
@@ -41,7 +41,7 @@ def test_model_fn_runs_as_written_under_a_strategy(tmp_path, as_written):
         _recording_model_fn(seen), model_dir=str(tmp_path), config=config
     )
     if not as_written:
-        tf_patches.uninstall()
+        patches.uninstall()
     estimator.train(_input_fn, max_steps=2)
     assert len(seen) == 1
     # Without the marking, the strategy's AutoGraph pass rewrites the model_fn:

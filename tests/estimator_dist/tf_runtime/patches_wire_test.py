@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_dist.base import tf_patches
+from estimator_dist.tf_runtime import patches
 from run_config.strategies import StrategyConfig, get_strategy
 
 # Exact in float32 and float16 (10 fraction bits); bfloat16 (7 bits) rounds it to 1.
@@ -21,7 +21,7 @@ NEAR_ONE = 1 + 2**-10
 
 
 # TF_CONFIG is unset for every test (tests/conftest.py).
-pytestmark = pytest.mark.usefixtures("tf_patches_installed")
+pytestmark = pytest.mark.usefixtures("patches_installed")
 
 
 def reduce_like_an_optimizer(wire_dtype, values, reconfigure=True):
@@ -77,7 +77,7 @@ def test_fail_with_a_dtype_that_is_not_16_bit_float(dtype):
     with tf.Graph().as_default():
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         with pytest.raises(ValueError, match="float32, bfloat16, float16"):
-            tf_patches.set_gradient_transport(strategy, dtype)
+            patches.set_gradient_transport(strategy, dtype)
 
 
 TWO_WORKERS = json.dumps(

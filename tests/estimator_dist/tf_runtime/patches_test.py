@@ -1,7 +1,7 @@
 """The TensorFlow workarounds: installed once, undone by uninstall, each doing its job.
 
-The gradient patches have their own files (`tf_patches_sparse_test`,
-`tf_patches_wire_test`); the AutoGraph marking in `tf_patches_autograph_test`.
+The gradient patches have their own files (`patches_sparse_test`,
+`patches_wire_test`); the AutoGraph marking in `patches_autograph_test`.
 
 Input iterators without autotuning, so that a training session closes at once:
 the race itself (a model thread sleeping out up to 60 s when its iterator is
@@ -20,8 +20,8 @@ from tensorflow.python.distribute import collective_all_reduce_strategy
 from tensorflow.python.training import monitored_session
 from tensorflow_estimator.python.estimator import estimator as estimator_lib
 
-from estimator_dist.base import tf_patches
 from estimator_dist.task.user_code import bind_input_fn, without_autotune
+from estimator_dist.tf_runtime import patches
 from run_config.strategies import StrategyConfig, get_strategy
 from tests.task_models import linear_model_fn, ones_input_fn
 
@@ -29,7 +29,7 @@ EXTENDED = collective_all_reduce_strategy.CollectiveAllReduceExtended
 
 
 # TF_CONFIG is unset for every test (tests/conftest.py).
-pytestmark = pytest.mark.usefixtures("tf_patches_installed")
+pytestmark = pytest.mark.usefixtures("patches_installed")
 
 
 def replaced():
@@ -43,22 +43,22 @@ def replaced():
 
 def test_install_is_idempotent_and_uninstall_restores_tensorflow():
     installed = replaced()
-    tf_patches.install()
+    patches.install()
     assert replaced() == installed
-    tf_patches.uninstall()
-    tf_patches.uninstall()
+    patches.uninstall()
+    patches.uninstall()
     original = replaced()
-    assert not tf_patches.installed()
+    assert not patches.installed()
     assert original[0] is not installed[0] and original[2] is not installed[2]
-    assert all(getattr(f, "__module__", "") != tf_patches.__name__ for f in original[:3])
+    assert all(getattr(f, "__module__", "") != patches.__name__ for f in original[:3])
 
 
 def test_session_recovery_stops_only_when_asked_and_comes_back_with_uninstall():
     recovered = monitored_session._PREEMPTION_ERRORS
     assert tf.errors.AbortedError in recovered
-    tf_patches.stop_session_recovery()
+    patches.stop_session_recovery()
     assert monitored_session._PREEMPTION_ERRORS == ()
-    tf_patches.uninstall()
+    patches.uninstall()
     assert monitored_session._PREEMPTION_ERRORS == recovered
 
 
@@ -71,7 +71,7 @@ def test_a_multi_worker_strategy_built_on_the_evaluator_stays_local(monkeypatch)
     with tf.Graph().as_default():
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         assert strategy.num_replicas_in_sync == 1
-        tf_patches.uninstall()  # the control
+        patches.uninstall()  # the control
         with pytest.raises(KeyError, match="evaluator"):
             tf.distribute.MultiWorkerMirroredStrategy()
 
@@ -126,7 +126,7 @@ def test_per_replica_datasets_of_distributed_input_have_autotune_off(name):
 
 
 def test_uninstalled_the_per_replica_datasets_keep_autotuning():
-    tf_patches.uninstall()
+    patches.uninstall()
 
     def input_fn(input_context):
         return tf.data.Dataset.range(8).batch(2)
@@ -155,7 +155,7 @@ def _train_counting_session_calls(model_dir, monkeypatch):
 @pytest.mark.slow
 def test_checkpoints_every_10_steps_cost_no_session_call_per_step(tmp_path, monkeypatch):
     patched_calls, patched_steps = _train_counting_session_calls(tmp_path / "on", monkeypatch)
-    tf_patches.uninstall()  # the control: TensorFlow's own hook
+    patches.uninstall()  # the control: TensorFlow's own hook
     control_calls, control_steps = _train_counting_session_calls(tmp_path / "off", monkeypatch)
     assert patched_steps == control_steps == [0, 10, 20, 30, 40, 50, 60]
     # TensorFlow's hook reads the global step again after each of the 60 steps. Not exactly

@@ -1,6 +1,6 @@
 """One task of `sparse_test`'s 2-worker jobs: trains a model with sparse gradients, then exits.
 
-Run as `python -m tests.estimator_dist.base.sparse_worker MODEL MODEL_DIR MAX_STEPS`
+Run as `python -m tests.estimator_dist.tf_runtime.sparse_worker MODEL MODEL_DIR MAX_STEPS`
 with the task's TF_CONFIG. MODEL is `canned_v1` (a
 `tf.compat.v1.estimator.DNNLinearCombinedClassifier` on hashed, crossed and
 vocabulary columns and an embedding column, trained with v1 Ftrl and
@@ -14,7 +14,7 @@ import sys
 
 import tensorflow as tf
 
-from estimator_dist.base import tf_patches
+from estimator_dist.tf_runtime import patches
 from run_config.strategies import StrategyConfig, get_strategy
 
 BATCH = 8
@@ -103,7 +103,7 @@ def build(model, config):
 
 def main(argv):
     model, model_dir, max_steps = argv[1], argv[2], int(argv[3])
-    tf_patches.install()
+    patches.install()
     strategy = get_strategy(StrategyConfig("multi_worker_mirrored", "RING"), num_gpus=0)
     config = tf.estimator.RunConfig(
         model_dir=model_dir, train_distribute=strategy, save_checkpoints_steps=max_steps

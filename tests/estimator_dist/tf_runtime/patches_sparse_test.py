@@ -5,7 +5,7 @@ as Estimator builds it, and reduce gradients as the optimizers do
 (`extended.batch_reduce_to`). The 2-worker tests start two real worker
 processes on free loopback ports (`sparse_worker`), whose batches hold
 numbers of distinct ids that differ between the workers and from step to
-step: without `tf_patches` they fail with "Shape mismatch in the
+step: without `tf_runtime.patches` they fail with "Shape mismatch in the
 collective instance".
 """
 
@@ -20,10 +20,10 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.distribute.values import PerReplica
 
-from estimator_dist.base import tf_patches
 from estimator_dist.base.cluster import make_local_cluster
+from estimator_dist.tf_runtime import patches
 from run_config.strategies import StrategyConfig, get_strategy
-from tests.estimator_dist.base import sparse_worker
+from tests.estimator_dist.tf_runtime import sparse_worker
 from tests.procs import Background
 
 # Exact in float32; bfloat16 (7 fraction bits) rounds it to 1.
@@ -33,7 +33,7 @@ SUM = tf.distribute.ReduceOp.SUM
 
 
 # TF_CONFIG is unset for every test (tests/conftest.py).
-pytestmark = pytest.mark.usefixtures("tf_patches_installed")
+pytestmark = pytest.mark.usefixtures("patches_installed")
 
 
 def built_strategy(wire_dtype="float32", reconfigure=False):
@@ -108,13 +108,13 @@ def test_a_strategy_not_opted_in_keeps_the_gradient_sparse():
 def test_uninstalled_the_gradient_stays_sparse():
     with tf.Graph().as_default():
         strategy = built_strategy()
-        tf_patches.uninstall()
+        patches.uninstall()
         (sparse, _), _ = reduce_in_session(strategy, sparse_and_dense)
     assert isinstance(sparse, tf.IndexedSlices)
 
 
 def test_installing_twice_densifies_once():
-    tf_patches.install()
+    patches.install()
     with tf.Graph().as_default() as graph:
         strategy = copy.deepcopy(built_strategy())
         reduce_in_session(strategy, sparse_and_dense)
@@ -133,15 +133,15 @@ def test_sparse_gradients_made_dense_cross_in_the_wire_dtype_too():
 def test_fail_with_a_strategy_other_than_multi_worker_mirrored():
     with tf.Graph().as_default():
         with pytest.raises(TypeError, match="MultiWorkerMirroredStrategy only, received Mirrored"):
-            tf_patches.set_gradient_transport(tf.distribute.MirroredStrategy(["/cpu:0"]))
+            patches.set_gradient_transport(tf.distribute.MirroredStrategy(["/cpu:0"]))
 
 
 def test_fail_before_install_names_the_call_to_make():
-    tf_patches.uninstall()
+    patches.uninstall()
     with tf.Graph().as_default():
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
-        with pytest.raises(RuntimeError, match=r"tf_patches.install\(\) must run"):
-            tf_patches.set_gradient_transport(strategy)
+        with pytest.raises(RuntimeError, match=r"patches.install\(\) must run"):
+            patches.set_gradient_transport(strategy)
 
 
 TWO_WORKERS = json.dumps(
@@ -187,7 +187,7 @@ def run_two_workers(model, model_dir):
         tasks = {
             task.role: stack.enter_context(
                 Background(
-                    "tests.estimator_dist.base.sparse_worker",
+                    "tests.estimator_dist.tf_runtime.sparse_worker",
                     args,
                     env={"TF_CONFIG": task.to_json()},
                 )
