@@ -16,7 +16,7 @@ thread for training, as in FACTS.md:
 4. the same with `cache=true`: records are read and checked in the first
    epoch only.
 
-Each input_fn runs as the package hands it to Estimator (`bind_input_fn`:
+Each input_fn runs as the package hands it to Estimator (`present_input_fn`:
 tf.data autotuning off, see `estimator_dist.tf_runtime.patches`).
 
 The pipeline can feed training when (1) / (2) is above 1; (3) / (2) then
@@ -65,11 +65,12 @@ def write_data(directory: str, shape: tuple, count: int, shards: int) -> str:
 
 def measure_input(params: dict, workers: int, seconds: float) -> float:
     """Examples/s that worker 0's tfrecord input_fn delivers."""
-    from estimator_dist.task.user_code import bind_input_fn
+    from estimator_dist.task.user_code import call_input_fn, present_input_fn
     from input_fns import tfrecord
 
     context = tf.distribute.InputContext(workers, 0, workers)
-    batches = iter(bind_input_fn(tfrecord.input_fn, params)(tf.estimator.ModeKeys.TRAIN, context))
+    input_fn = present_input_fn(tfrecord.input_fn, params)
+    batches = iter(call_input_fn(input_fn, tf.estimator.ModeKeys.TRAIN, input_context=context))
     for _ in range(WARMUP_STEPS):
         next(batches)
     count, started = 0, time.monotonic()
@@ -105,12 +106,12 @@ class StepTimer(tf.estimator.SessionRunHook):
 
 def measure_training(model: str, input_name: str, params: dict, seconds: float) -> float:
     """Examples/s one Estimator worker trains at, after a warm-up, with 1+1 threads."""
-    from estimator_dist.task.user_code import bind_input_fn
+    from estimator_dist.task.user_code import present_input_fn
     from input_fns import INPUT_FNS
     from model_fns import MODEL_FNS
 
     tf.compat.v1.disable_eager_execution()
-    input_fn = bind_input_fn(INPUT_FNS.get(input_name), params)
+    input_fn = present_input_fn(INPUT_FNS.get(input_name), params)
     session = tf.compat.v1.ConfigProto(
         intra_op_parallelism_threads=1, inter_op_parallelism_threads=1
     )

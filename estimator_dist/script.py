@@ -32,7 +32,7 @@ While it runs, `tf.estimator.train_and_evaluate` (and its
   (`estimator_dist.guards.rendezvous`), adds the fail-fast watchdogs of
   `estimator_dist.guards.watchdog` and the preemption checkpoint of
   `estimator_dist.guards.preemption`, wraps the script's input functions as
-  `estimator_dist.train` does (`user_code.bind_input_fn`), makes the
+  `estimator_dist.train` does (`user_code.present_input_fn`), makes the
   evaluator write `model_dir/eval_metrics.json`, and the chief
   `model_dir/run_record.json`;
 * turns failures into the package's exit codes (`estimator_dist.base.exit_codes`).

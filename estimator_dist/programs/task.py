@@ -401,10 +401,9 @@ class ScriptTask:
 
         from estimator_dist.guards.watchdog import Watchdog
         from estimator_dist.task import early_stopping
-        from estimator_dist.task.user_code import bind_input_fn
+        from estimator_dist.task.user_code import present_input_fn
 
         config = self._config
-        params = estimator.params
         own_hooks = early_stopping.agreed(
             list(train_spec.hooks), preemption, self._cluster, config.preemption_checkpoint
         )
@@ -418,13 +417,13 @@ class ScriptTask:
             every = estimator.config.log_step_count_steps or DEFAULT_PROGRESS_STEPS
             train_hooks.append(progress_reporter(train_spec.max_steps, every))
         train = tf.estimator.TrainSpec(
-            bind_input_fn(train_spec.input_fn, params),
+            present_input_fn(train_spec.input_fn),
             max_steps=train_spec.max_steps,
             hooks=train_hooks,
             saving_listeners=train_spec.saving_listeners,
         )
         evaluation = tf.estimator.EvalSpec(
-            bind_input_fn(eval_spec.input_fn, params),
+            present_input_fn(eval_spec.input_fn),
             steps=eval_spec.steps,
             name=eval_spec.name,
             hooks=eval_hooks,

@@ -229,18 +229,23 @@ def _input_graph(input_fn_name: str, params: Mapping[str, Any], limit: Optional[
     import tensorflow as tf
 
     from estimator_dist.base.errors import UsageError
-    from estimator_dist.task.user_code import bind_input_fn, check_input_fn_args, repeats_forever
+    from estimator_dist.task.user_code import (
+        call_input_fn,
+        check_input_fn_args,
+        present_input_fn,
+        repeats_forever,
+    )
     from input_fns import INPUT_FNS, prepare_input
     from input_fns.pipeline import PREDICT
 
     input_fn = INPUT_FNS.get(input_fn_name)
     check_input_fn_args(input_fn, input_fn_name, "--input_fn")
     prepare_input(input_fn_name, params)
-    bound = bind_input_fn(input_fn, params)
+    bound = present_input_fn(input_fn, params)
     graph = tf.Graph()
     with graph.as_default(), _calling_input_fn(input_fn_name):
         tf.compat.v1.train.get_or_create_global_step()
-        result = bound(PREDICT)
+        result = call_input_fn(bound, PREDICT)
         endless = repeats_forever(bound, result)
         initializer = None
         if isinstance(result, tf.data.Dataset):

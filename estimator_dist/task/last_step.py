@@ -112,6 +112,7 @@ def _batches_of_tensors(tensors: Any, limit: Optional[int], timeout: float) -> D
 
 def count_input(
     input_fn: Callable,
+    params: Any,
     config: Any,
     input_context: Any,
     limit: Optional[int],
@@ -120,8 +121,9 @@ def count_input(
     """How many batches one task's training input yields, found in a throwaway graph.
 
     Args:
-      input_fn: The bound input function (`user_code.bind_input_fn`), called as
-        Estimator calls it: `input_fn(mode, input_context=..., config=...)`.
+      input_fn: The input function as Estimator gets it (`user_code.present_input_fn`),
+        called as Estimator calls it (`user_code.call_input_fn`).
+      params: The estimator's params.
       config: The estimator's RunConfig.
       input_context: The `tf.distribute.InputContext` this task's input gets.
       limit: Stop counting here (the batches `max_steps` needs), or None.
@@ -133,11 +135,11 @@ def count_input(
     """
     import tensorflow as tf
 
-    from estimator_dist.task.user_code import numpy_input_epochs
+    from estimator_dist.task.user_code import call_input_fn, numpy_input_epochs
 
     started = time.monotonic()
     with tf.Graph().as_default():
-        result = input_fn(tf.estimator.ModeKeys.TRAIN, input_context=input_context, config=config)
+        result = call_input_fn(input_fn, tf.estimator.ModeKeys.TRAIN, params, config, input_context)
         if isinstance(result, tf.data.Dataset):
             count = _batches_of_dataset(result, limit, timeout)
         elif numpy_input_epochs(input_fn) == (True, None):
@@ -303,7 +305,7 @@ def count_for_task(
     import tensorflow as tf
 
     from estimator_dist.base.cluster import CHIEF
-    from estimator_dist.task.user_code import bind_input_fn
+    from estimator_dist.task.user_code import present_input_fn
 
     if not _counts_here(cluster):
         return None
@@ -329,9 +331,10 @@ def count_for_task(
     timeout = startup_timeout / 2
     if max_steps is not None:
         timeout = min(timeout, COUNT_SECS_WITH_MAX_STEPS)
-    bound = bind_input_fn(input_fn, estimator.params)
     try:
-        count = count_input(bound, estimator.config, context, limit, timeout)
+        count = count_input(
+            present_input_fn(input_fn), estimator.params, estimator.config, context, limit, timeout
+        )
     except Exception as error:  # With max_steps, training can go on without the count.
         if max_steps is None:
             raise

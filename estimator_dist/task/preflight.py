@@ -5,7 +5,7 @@ before joining the cluster, and `estimator_dist.check` runs it on request.
 User code is called here exactly as the training tasks call it: in graph
 mode (a scratch `tf.Graph`), with a global step, through Estimator's own
 `_call_model_fn` (so `params` and `config` reach a model_fn only when it
-declares them), and with input functions bound by `user_code.bind_input_fn`.
+declares them), and with input functions as `user_code.present_input_fn` hands them to Estimator.
 A bad name, missing data, a bad hyper-parameter, a model_fn that raises or a
 known multi-worker pitfall then fails at once, with nothing written to
 model_dir and before the other workers wait for this one.
@@ -101,7 +101,7 @@ def probe_input(input_fn: Callable, mode: str, what: str) -> InputProbe:
     """
     with tf.Graph().as_default(), calling(what):
         tf.compat.v1.train.create_global_step()
-        result = input_fn(mode)
+        result = user_code.call_input_fn(input_fn, mode)
         features, labels = user_code.element_spec(result)
         repeats = user_code.repeats_forever(input_fn, result) if mode == EVAL else None
     return InputProbe(features, labels, repeats, not isinstance(result, tf.data.Dataset))
@@ -281,7 +281,7 @@ def _bind(name: str, flag: str, params: Mapping[str, Any]) -> Callable:
     input_fn = INPUT_FNS.get(name)
     user_code.check_input_fn_args(input_fn, name, flag)
     prepare_input(name, params)
-    return user_code.bind_input_fn(input_fn, params)
+    return user_code.present_input_fn(input_fn, params)
 
 
 def _exports(
@@ -349,7 +349,7 @@ def preflight(job: JobConfig, num_workers: int = 1) -> Preflight:
     if job.eval_input_fn:
         eval_input_fn = _bind(job.eval_input_fn, "--eval_input_fn", job.eval_model_params)
     else:
-        eval_input_fn = user_code.bind_input_fn(input_fn.user_fn, job.eval_model_params)
+        eval_input_fn = user_code.present_input_fn(input_fn.user_fn, job.eval_model_params)
     train_probe = probe_input(input_fn, TRAIN, f"--input_fn={job.input_fn} (mode TRAIN)")
     eval_probe = probe_input(eval_input_fn, EVAL, f"--eval_input_fn={job.eval_input_name}")
     found = [pitfalls.check_input_fn(input_fn.user_fn, job.input_fn, num_workers)]

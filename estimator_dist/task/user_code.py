@@ -31,6 +31,7 @@ import tensorflow as tf
 from tensorflow.python.util import function_utils
 
 from estimator_dist.base.errors import UsageError
+from estimator_dist.tf_runtime import transparent
 
 #: Arguments Estimator passes to an input_fn that declares them.
 INPUT_FN_ARGS = ("mode", "params", "config", "input_context")
@@ -137,20 +138,21 @@ def takes_input_context(input_fn: Callable) -> bool:
     return "input_context" in function_utils.fn_args(getattr(input_fn, "user_fn", input_fn))
 
 
-def bind_input_fn(
-    input_fn: Callable,
-    params: Mapping[str, Any],
-    default_config: Optional[Callable[[], Any]] = None,
-) -> Callable:
-    """Wraps a user's input_fn into the function handed to `TrainSpec`/`EvalSpec`.
+def present_input_fn(input_fn: Callable, params: Optional[Mapping[str, Any]] = None) -> Callable:
+    """The function handed to `TrainSpec`/`EvalSpec` in place of a user's input_fn.
 
-    The wrapper takes `mode`, `input_context` and `config` (Estimator passes
-    them by name) and calls `input_fn` with the ones it declares, plus
-    `params`. Its result is made acceptable to Estimator in every setting:
+    TensorFlow reads the same arguments from it as from `input_fn`
+    (`estimator_dist.tf_runtime.transparent`), so `Estimator`, `TPUEstimator`
+    and any subclass pass it exactly what they would pass the user's function,
+    and it passes that on unchanged. With `params` (a job of named functions,
+    whose parameters are the job's), `params` is bound, as
+    `functools.partial(input_fn, params=params)` binds it, and TensorFlow no
+    longer passes its own. What the input_fn returns is made acceptable to
+    Estimator in every setting:
 
     * a `tf.data.Dataset` loses tf.data autotuning unless its options set it,
       so that the session closes at once when training ends
-      (`estimator_dist.tf_runtime.patches`);
+      (`estimator_dist.tf_runtime.patches`, patch 3);
     * a `(features, labels)` tuple of tensors (`numpy_input_fn`,
       `pandas_input_fn`, `iterator.get_next()`) is returned as it is where no
       strategy is in scope, and under a strategy as the callable its input
@@ -159,41 +161,73 @@ def bind_input_fn(
 
     Args:
       input_fn: A function of any subset of `mode`, `params`, `config`,
-        `input_context`.
-      params: The `params` it receives if it declares them.
-      default_config: Makes the `config` given to an input_fn that declares
-        it when the caller passes none (the dry run); a default RunConfig if
-        None.
+        `input_context`, as Estimator accepts it.
+      params: Parameters to bind when `input_fn` declares `params`, or None
+        to leave them to the Estimator.
 
     Returns:
-      `input_fn(mode, input_context=None, config=None)`; its `user_fn`
-      attribute is `input_fn`.
-    """
-    accepted = function_utils.fn_args(input_fn)
+      The wrapper; its `user_fn` attribute is `input_fn`.
 
-    def bound(
-        mode: str,
-        input_context: Optional[tf.distribute.InputContext] = None,
-        config: Optional[tf.estimator.RunConfig] = None,
-    ) -> Any:
-        given = {"mode": mode, "params": params, "input_context": input_context}
-        kwargs = {name: value for name, value in given.items() if name in accepted}
-        if "config" in accepted:
-            kwargs["config"] = config or (default_config or tf.estimator.RunConfig)()
-        result = input_fn(**kwargs)
+    >>> def input_fn(params, mode):
+    ...     return tf.data.Dataset.range(params["batch_size"])
+    >>> function_utils.fn_args(present_input_fn(input_fn))
+    ('params', 'mode')
+    >>> function_utils.fn_args(present_input_fn(input_fn, {"batch_size": 4}))
+    ('mode',)
+    """
+    target = input_fn
+    if params is not None and "params" in function_utils.fn_args(input_fn):
+        target = functools.partial(input_fn, params=params)
+
+    def presented(*args: Any, **kwargs: Any) -> Any:
+        result = target(*args, **kwargs)
         if isinstance(result, tf.data.Dataset) or not tf.distribute.has_strategy():
             return without_autotune(result)
         pending = [result]
 
         def next_batch() -> Any:
-            return pending.pop() if pending else input_fn(**kwargs)
+            return pending.pop() if pending else target(*args, **kwargs)
 
         return next_batch
 
-    bound.user_fn = input_fn
-    bound.__name__ = getattr(input_fn, "__name__", "input_fn")
-    bound.__doc__ = getattr(input_fn, "__doc__", None)
-    return bound
+    wrapper = transparent.wrap_like(target, presented)
+    wrapper.user_fn = input_fn
+    return wrapper
+
+
+def call_input_fn(
+    input_fn: Callable,
+    mode: str,
+    params: Optional[Mapping[str, Any]] = None,
+    config: Optional[tf.estimator.RunConfig] = None,
+    input_context: Optional[tf.distribute.InputContext] = None,
+) -> Any:
+    """Calls `input_fn` as `Estimator` calls it: each argument only when it is declared.
+
+    For the package's own reads of an input outside training (the dry run,
+    counting batches, predictions).
+
+    Args:
+      input_fn: A user's input_fn, or one `present_input_fn` made.
+      mode: A `tf.estimator.ModeKeys` value.
+      params: The estimator's params (`{}` when None).
+      config: The estimator's RunConfig; a default one when None.
+      input_context: The `tf.distribute.InputContext`, or None.
+
+    Returns:
+      What `input_fn` returns.
+    """
+    accepted = function_utils.fn_args(input_fn)
+    given = {
+        "mode": mode,
+        "params": {} if params is None else params,
+        "config": config,
+        "input_context": input_context,
+    }
+    kwargs = {name: value for name, value in given.items() if name in accepted}
+    if "config" in kwargs and kwargs["config"] is None:
+        kwargs["config"] = tf.estimator.RunConfig()
+    return input_fn(**kwargs)
 
 
 def element_spec(result: Any) -> Tuple[Any, Any]:

@@ -182,14 +182,15 @@ def test_warning_for_an_input_fn_without_input_context():
     def with_context(mode, input_context=None, params=None):
         return None
 
-    bound = user_code.bind_input_fn(no_context, {})
+    bound = user_code.present_input_fn(no_context, {})
     pitfall = pitfalls.check_input_fn(bound.user_fn, "my.module:no_context", 2)
     assert pitfall.code == "no-input-context" and not pitfall.fatal
     assert "input_fn my.module:no_context takes no `input_context`" in pitfall.message
     assert "2 workers" in pitfall.message
     assert pitfalls.check_input_fn(bound.user_fn, "x", 1) is None
     assert (
-        pitfalls.check_input_fn(user_code.bind_input_fn(with_context, {}).user_fn, "x", 3) is None
+        pitfalls.check_input_fn(user_code.present_input_fn(with_context, {}).user_fn, "x", 3)
+        is None
     )
 
 

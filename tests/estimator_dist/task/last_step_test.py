@@ -20,7 +20,7 @@ from estimator_dist.base import exit_codes
 from estimator_dist.base.errors import ClusterTimeoutError, UsageError
 from estimator_dist.guards.evaluator_watchdog import EvaluatorWatchdog, judge
 from estimator_dist.task import last_step
-from estimator_dist.task.user_code import bind_input_fn
+from estimator_dist.task.user_code import present_input_fn
 from estimator_dist.tf_runtime import patches
 from tests.equivalence import TOLERANCE, checkpoint_variables, max_difference
 from tests.procs import REPO, measured, run_module, run_modules
@@ -76,7 +76,7 @@ def test_a_count_past_its_time_bound_fails_only_without_max_steps():
 
 def count(input_fn, limit=None, timeout=30.0, context=None):
     return last_step.count_input(
-        bind_input_fn(input_fn, {}), tf.estimator.RunConfig(), context, limit, timeout
+        present_input_fn(input_fn), {}, tf.estimator.RunConfig(), context, limit, timeout
     )
 
 

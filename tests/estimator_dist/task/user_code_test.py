@@ -1,10 +1,12 @@
 """Calling user code as tf.estimator does: signatures, binding, return shapes, endless input."""
 
 import functools
+import inspect
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.python.util import function_utils
 
 from estimator_dist.base.errors import UsageError
 from estimator_dist.task import user_code
@@ -95,10 +97,10 @@ def test_fail_with_a_model_fn_without_features():
         user_code.check_model_fn_args(lambda inputs, mode: None, "m:f")
 
 
-# --- binding ----------------------------------------------------------------------
+# --- what Estimator is handed ----------------------------------------------------
 
 
-def test_bound_input_fn_passes_only_what_the_function_declares():
+def test_call_input_fn_passes_only_what_the_function_declares():
     seen = {}
 
     def input_fn(mode, config, params):
@@ -106,20 +108,20 @@ def test_bound_input_fn_passes_only_what_the_function_declares():
         return _dataset()
 
     config = tf.estimator.RunConfig(model_dir="/tmp/x")
-    bound = user_code.bind_input_fn(input_fn, {"batch_size": 2})
-    bound(TRAIN, config=config)
+    presented = user_code.present_input_fn(input_fn, {"batch_size": 2})
+    user_code.call_input_fn(presented, TRAIN, config=config)
     assert seen == {"mode": TRAIN, "config": config, "params": {"batch_size": 2}}
-    assert bound.user_fn is input_fn
-    assert not user_code.takes_input_context(bound)
+    assert presented.user_fn is input_fn
+    assert not user_code.takes_input_context(presented)
 
 
-def test_bound_input_fn_gives_a_default_config_when_estimator_gives_none():
+def test_call_input_fn_gives_a_default_config_when_none_is_given():
     configs = []
-    user_code.bind_input_fn(lambda config: configs.append(config) or _dataset(), {})(EVAL)
+    user_code.call_input_fn(lambda config: configs.append(config) or _dataset(), EVAL)
     assert isinstance(configs[0], tf.estimator.RunConfig)
 
 
-def test_bound_input_fn_passes_input_context_to_a_function_that_shards():
+def test_call_input_fn_passes_input_context_to_a_function_that_shards():
     contexts = []
 
     def input_fn(input_context=None):
@@ -127,10 +129,59 @@ def test_bound_input_fn_passes_input_context_to_a_function_that_shards():
         return _dataset()
 
     context = tf.distribute.InputContext(2, 1, 2)
-    bound = user_code.bind_input_fn(input_fn, {})
-    bound(TRAIN, input_context=context)
+    presented = user_code.present_input_fn(input_fn)
+    user_code.call_input_fn(presented, TRAIN, input_context=context)
     assert contexts == [context]
-    assert user_code.takes_input_context(bound)
+    assert user_code.takes_input_context(presented)
+
+
+def test_a_presented_input_fn_declares_what_the_users_declares():
+    # TPUEstimator refuses an input_fn without `params`; Estimator passes only
+    # what an input_fn declares: the function handed to them must read the same.
+    def input_fn(params, mode=None):
+        return _dataset()
+
+    presented = user_code.present_input_fn(input_fn)
+    assert function_utils.fn_args(presented) == ("params", "mode")
+    assert inspect.signature(presented) == inspect.signature(input_fn)
+    assert presented.__name__ == "input_fn"
+
+
+def test_a_presented_input_fn_with_bound_params_declares_the_rest():
+    def input_fn(mode, params):
+        return params["batch_size"]
+
+    presented = user_code.present_input_fn(input_fn, {"batch_size": 3})
+    assert function_utils.fn_args(presented) == ("mode",)
+    assert user_code.call_input_fn(presented, TRAIN, params={"batch_size": 9}) == 3
+
+
+def test_tpu_estimator_trains_on_a_presented_input_fn(tmp_path):
+    # The wrapper is called with TPUEstimator's params (its batch_size), as the
+    # user's input_fn would be.
+    batches = []
+
+    def input_fn(params):
+        batches.append(params["batch_size"])
+        examples = ({"x": tf.ones([8, 2])}, tf.zeros([8]))
+        dataset = tf.data.Dataset.from_tensor_slices(examples).repeat()
+        return dataset.batch(params["batch_size"], drop_remainder=True)
+
+    def model_fn(features, labels, mode, params):
+        prediction = tf.compat.v1.layers.dense(features["x"], 1)
+        loss = tf.compat.v1.losses.mean_squared_error(labels[:, None], prediction)
+        step = tf.compat.v1.train.get_global_step()
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, step)
+        return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    config = tf.compat.v1.estimator.tpu.RunConfig(model_dir=str(tmp_path))
+    estimator = tf.compat.v1.estimator.tpu.TPUEstimator(
+        model_fn, config=config, use_tpu=False, train_batch_size=4
+    )
+    with tf.Graph().as_default():
+        estimator.train(user_code.present_input_fn(input_fn), max_steps=2)
+    assert batches == [4]
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("-2")
 
 
 def _tensors():
@@ -140,7 +191,7 @@ def _tensors():
 
 def test_tensors_are_returned_as_they_are_without_a_strategy():
     with tf.Graph().as_default():
-        result = user_code.bind_input_fn(_tensors, {})(TRAIN)
+        result = user_code.call_input_fn(user_code.present_input_fn(_tensors), TRAIN)
         assert isinstance(result, tuple) and isinstance(result[0]["x"], tf.Tensor)
 
 
@@ -152,7 +203,7 @@ def test_tensors_become_a_per_device_callable_under_a_strategy():
         return _tensors()
 
     with tf.Graph().as_default(), tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
-        result = user_code.bind_input_fn(input_fn, {})(TRAIN)
+        result = user_code.call_input_fn(user_code.present_input_fn(input_fn), TRAIN)
         assert callable(result) and len(calls) == 1
         first, second = result(), result()
     assert len(calls) == 2, "the second device must get batches of its own"
@@ -178,7 +229,7 @@ def test_a_tensor_input_fn_trains_under_a_strategy(tmp_path):
     )
     with tf.Graph().as_default():
         estimator = tf.estimator.Estimator(model_fn, config=config)
-        estimator.train(user_code.bind_input_fn(input_fn, {}), max_steps=3)
+        estimator.train(user_code.present_input_fn(input_fn), max_steps=3)
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("-3")
 
 
@@ -204,7 +255,7 @@ def test_repeats_forever_reads_numpy_input_fn_epochs(epochs, expected):
     input_fn = tf.compat.v1.estimator.inputs.numpy_input_fn(
         {"x": np.zeros([4, 1])}, np.zeros(4), num_epochs=epochs, shuffle=False
     )
-    bound = user_code.bind_input_fn(input_fn, {})
+    bound = user_code.present_input_fn(input_fn)
     assert user_code.numpy_input_epochs(bound) == (True, epochs)
     assert user_code.repeats_forever(bound, None) is expected
     assert user_code.numpy_input_epochs(_tensors) == (False, None)

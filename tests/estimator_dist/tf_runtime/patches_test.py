@@ -20,7 +20,7 @@ from tensorflow.python.distribute import collective_all_reduce_strategy
 from tensorflow.python.training import monitored_session
 from tensorflow_estimator.python.estimator import estimator as estimator_lib
 
-from estimator_dist.task.user_code import bind_input_fn, without_autotune
+from estimator_dist.task.user_code import present_input_fn, without_autotune
 from estimator_dist.tf_runtime import patches
 from run_config.strategies import StrategyConfig, get_strategy
 from tests.task_models import linear_model_fn, ones_input_fn
@@ -97,11 +97,11 @@ def test_without_autotune_turns_it_off_only_when_unset():
     assert without_autotune(features_and_labels) is features_and_labels
 
 
-def test_bound_input_fns_return_datasets_without_autotune():
+def test_presented_input_fns_return_datasets_without_autotune():
     def input_fn(mode, input_context=None):
         return tf.data.Dataset.range(4).batch(2)
 
-    dataset = bind_input_fn(input_fn, {})("train", None)
+    dataset = present_input_fn(input_fn)("train", None)
 
     assert dataset.options().autotune.enabled is False
     assert list(dataset.as_numpy_iterator())[0].tolist() == [0, 1]
