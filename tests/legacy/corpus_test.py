@@ -203,7 +203,7 @@ PROGRAMS = {
 #: input_fn (a callable object, functools.partial inputs). That code is the same in every
 #: role: `--model_fn`/`--input_fn` resolve `module:attribute` the same way on every task,
 #: the model_fn goes to `tf.estimator.Estimator` as it is (`preflight.model_fn_estimator`),
-#: and `user_code.bind_input_fn` returns a Dataset the same way with or without a strategy
+#: and `user_code.present_input_fn` returns a Dataset the same way with or without a strategy
 #: (only tensors, as `tensor_input`, `layers_cnn` and `pandas_frames` return, take the
 #: strategy's own branch, so those keep their cluster runs; so does `config_arg`, whose
 #: hook is the chief's only). They run in one process; `bound_method` (a bound method as
