@@ -53,7 +53,7 @@ from __future__ import annotations
 import os
 import runpy
 import sys
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from absl import app, flags
 
@@ -67,13 +67,13 @@ from estimator_dist.programs.config import PROGRAM, ScriptConfig, config_from_fl
 #: A script that ends on a task of a cluster without training.
 NO_TRAIN_AND_EVALUATE = (
     "the script {script} ended without calling tf.estimator.train_and_evaluate(estimator, "
-    "train_spec, eval_spec). Every task of a cluster ({role} here) must call it: it is the "
-    "call {program} distributes. Replace estimator.train(...)/evaluate(...) by it, and make "
-    "sure no argument or condition skips it on this task."
+    "train_spec, eval_spec) nor an Estimator's train(), evaluate() or export_saved_model(): "
+    "task {role} had nothing to run, the calls {program} distributes. Make sure no argument "
+    "or condition skips them on this task."
 )
 
 
-def run_script(config: ScriptConfig, cluster: ClusterConfig) -> int:
+def run_script(config: ScriptConfig, cluster: ClusterConfig) -> Tuple[int, Optional[str]]:
     """Runs the script as this task of the job, with the wrappers installed.
 
     Args:
@@ -81,8 +81,9 @@ def run_script(config: ScriptConfig, cluster: ClusterConfig) -> int:
       cluster: This task's validated, normalised cluster configuration.
 
     Returns:
-      The script's exit status: 0 when it finished, or the code it passed to
-      `sys.exit`.
+      The script's exit status (0 when it finished, or the code it passed to
+      `sys.exit`), and `status.NO_EVALUATION` for an evaluator that had no part
+      in the program, else None.
 
     Raises:
       UsageError: for a call that cannot run on this task (exit 2).
@@ -127,13 +128,13 @@ def run_script(config: ScriptConfig, cluster: ClusterConfig) -> int:
         raise failure
     if status == 0:
         task.loop.finish()
-    if status == 0 and cluster.is_distributed and not task.calls:
+    if status == 0 and cluster.is_distributed and not task.took_part:
         raise UserCodeError(
             NO_TRAIN_AND_EVALUATE.format(
                 script=shown(config.path), role=cluster.role, program=PROGRAM
             )
         )
-    return status
+    return status, task.left_evaluation
 
 
 def _check_not_shadowed(module: str, package_path: Optional[str]) -> None:
@@ -202,7 +203,7 @@ def main(argv: Sequence[str]) -> int:
     except UsageError as error:
         cli.usage_exit(PROGRAM, str(error))
     try:
-        code = run_script(config, cluster)
+        code, reason = run_script(config, cluster)
     except UsageError as error:
         cli.usage_exit(PROGRAM, str(error))
     except Error as error:
@@ -210,7 +211,7 @@ def main(argv: Sequence[str]) -> int:
 
         fail(cluster.role, error.exit_code, str(error))
         return exit_codes.FAILURE
-    emit(Exiting(exit_code=code))
+    emit(Exiting(exit_code=code, reason=reason))
     return code
 
 

@@ -64,11 +64,11 @@ from __future__ import annotations
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 import tensorflow as tf
-from tensorflow.python.distribute import values as value_lib
 
 from estimator_dist.base import precision
 from estimator_dist.base.errors import UsageError
 from estimator_dist.base.params import ACCUMULATION_STEPS, MICRO_BATCHES, MIXED_PRECISION
+from estimator_dist.tf_runtime import strategies as tf_strategies
 from model_fns import learning_rates
 
 #: Graph collection that records every micro-batched update built; the driver
@@ -367,9 +367,9 @@ class GradientAccumulationOptimizer(tf.compat.v1.train.Optimizer):
                 grads = [mean for (mean,) in means]
                 update = self._optimizer.apply_gradients(zip(grads, variables), global_step)
             else:
-                grads = [value_lib.PerReplica(tuple(mean)) for mean in means]
-                update = self._optimizer._distributed_apply(
-                    strategy, list(zip(grads, variables)), global_step, None
+                grads = [tf_strategies.per_replica(mean) for mean in means]
+                update = tf_strategies.distributed_apply(
+                    self._optimizer, strategy, zip(grads, variables), global_step
                 )
             with tf.control_dependencies([update]):
                 resets = [

@@ -21,11 +21,11 @@ from typing import Optional, Tuple
 
 import tensorflow as tf
 from absl import logging
-from tensorflow.python.distribute import collective_all_reduce_strategy
 
 from estimator_dist.base.cluster import EVALUATOR, ClusterConfig
 from estimator_dist.base.errors import UsageError
 from estimator_dist.tf_runtime import patches
+from estimator_dist.tf_runtime import strategies as tf_strategies
 from run_config.gpus import check_gpus, use_gpus
 from run_config.names import (
     CENTRAL_STORAGE,
@@ -43,7 +43,6 @@ NCCL_WITHOUT_GPU_MESSAGE = (
     "will run instead (NCCL only moves tensors between GPUs)."
 )
 
-_COLLECTIVE = collective_all_reduce_strategy.CollectiveAllReduceExtended
 _IMPLEMENTATIONS = {
     "AUTO": tf.distribute.experimental.CommunicationImplementation.AUTO,
     "RING": tf.distribute.experimental.CommunicationImplementation.RING,
@@ -89,9 +88,9 @@ def communication_of(
       RING, NCCL or AUTO for a MultiWorkerMirroredStrategy; None for a
       strategy that runs no collectives.
     """
-    if strategy is None or not isinstance(strategy.extended, _COLLECTIVE):
+    if not tf_strategies.is_collective(strategy):
         return None
-    built = strategy.extended._communication_options.implementation.name
+    built = tf_strategies.collective_implementation(strategy)
     return communication_for(built, count_gpus() if num_gpus is None else num_gpus)
 
 

@@ -20,8 +20,8 @@ PACKAGES = ("estimator_dist", "input_fns", "model_fns", "run_config")
 LIBRARIES = ("input_fns", "model_fns", "run_config")
 #: The folders from the foundation up; each may import only itself and those before it.
 LAYERS = (
-    "estimator_dist.base",
     "estimator_dist.tf_runtime",
+    "estimator_dist.base",
     LIBRARIES,
     "estimator_dist.config",
     "estimator_dist.guards",

@@ -101,7 +101,7 @@ _LIBRARY_ROOTS = tuple(
 
 def format_progress(
     step: int,
-    last_step: int,
+    last_step: Optional[int],
     loss: Optional[float],
     examples_per_sec: Optional[float],
     seconds_left: Optional[float],
@@ -113,13 +113,17 @@ def format_progress(
     '[ 50%] loss = 0.2320, learning_rate = 0.1, step = 200/400, 6,830 examples/s, ~2 s left'
     >>> format_progress(400, 400, None, None, 0.0)
     '[100%] step = 400/400, done'
+    >>> format_progress(30, None, 0.5, None, None)  # Until the input ends: no end known.
+    'loss = 0.5000, step = 30'
     """
     parts = [] if loss is None else [f"loss = {loss:.4f}"]
     if learning_rate is not None:
         parts.append(f"learning_rate = {learning_rate:.4g}")
-    parts.append(f"step = {step}/{last_step}")
+    parts.append(f"step = {step}" if last_step is None else f"step = {step}/{last_step}")
     if examples_per_sec is not None:
         parts.append(f"{examples_per_sec:,.0f} examples/s")
+    if last_step is None:
+        return ", ".join(parts)
     if step >= last_step:
         parts.append("done")
     elif seconds_left is not None:

@@ -81,9 +81,9 @@ def configure_onednn(setting: str, environ: Optional[MutableMapping[str, str]] =
 
 def onednn_enabled() -> bool:
     """Whether this process's TensorFlow runs oneDNN kernels (imports TensorFlow)."""
-    from tensorflow.python.util import _pywrap_util_port
+    from estimator_dist.tf_runtime import native
 
-    return bool(_pywrap_util_port.IsMklEnabled())
+    return native.onednn_enabled()
 
 
 #: CPU flags with which oneDNN computes in bfloat16 natively (AVX-512 BF16, AMX).

@@ -39,6 +39,13 @@ CHECKPOINT_SECS = (
     "deadlock' and silently switches to every 1000 steps). Fix: use save_checkpoints_steps "
     "(--save_checkpoints_steps) instead."
 )
+#: `save_checkpoints_secs` in a program's own RunConfig: what TensorFlow does with it on a cluster.
+CHECKPOINT_SECS_PROGRAM = (
+    "{where}save_checkpoints_secs: on a cluster TensorFlow checkpoints every 1000 steps instead "
+    "(MonitoredSession's rule for collective strategies, whose workers must save at the same "
+    "step; it logs 'Collective ops may deadlock with save_checkpoints_secs'); the last step is "
+    "still checkpointed and evaluated. To choose the interval, give save_checkpoints_steps."
+)
 #: `estimator.train` and `estimator.evaluate` in a script's source: information, not an error.
 ESTIMATOR_SEGMENT = (
     "{where}calls estimator.{method}(...): on a cluster each call runs as one synchronised "
@@ -144,10 +151,12 @@ def scan_source(source: str, filename: str = "<script>") -> List[Pitfall]:
 
     Looks for `<estimator>.train(...)` calls (any call of a `train` attribute
     with arguments) and `<estimator>.evaluate(...)` calls (with Estimator's
-    keywords or an input function), `save_checkpoints_secs=` in any call,
-    `TrainSpec(...)` without `max_steps`, and training input_fns (functions
-    whose name ends in `input_fn` and does not contain `eval`: evaluation runs
-    on one task) that take no `input_context`.
+    keywords or an input function), `save_checkpoints_secs=` in any call (a
+    warning: TensorFlow checkpoints by steps instead on a cluster),
+    `TrainSpec(...)` without `max_steps`, and training input_fns that take no
+    `input_context`: the functions the source hands `TrainSpec` or `train()`
+    (by name, or called in a lambda), else those whose name ends in
+    `input_fn` and says neither eval, serving nor predict.
 
     Args:
       source: Python source code.
@@ -181,17 +190,51 @@ def _scan(tree: ast.AST, filename: str) -> List[Tuple[int, Pitfall]]:
                 message = NO_MAX_STEPS.format(where=where)
                 found.append((line, Pitfall("no-max-steps", message, False)))
             if "save_checkpoints_secs" in keywords:
-                message = CHECKPOINT_SECS.format(
-                    where=where, value="", strategy="MultiWorkerMirroredStrategy"
-                )
-                found.append((line, Pitfall("checkpoint-secs", message, True)))
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                message = CHECKPOINT_SECS_PROGRAM.format(where=where)
+                found.append((line, Pitfall("checkpoint-secs", message, False)))
+    training = _training_inputs(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             arguments = [a.arg for a in node.args.args + node.args.kwonlyargs]
-            training = node.name.endswith("input_fn") and "eval" not in node.name
-            if training and "input_context" not in arguments:
+            if _trains_on(node.name, training) and "input_context" not in arguments:
+                where = f"{filename}:{node.lineno}: "
                 message = NO_INPUT_CONTEXT.format(name=f"{where}{node.name}", workers="N")
-                found.append((line, Pitfall("no-input-context", message, False)))
+                found.append((node.lineno, Pitfall("no-input-context", message, False)))
     return sorted(found, key=lambda item: item[0])
+
+
+def _training_inputs(tree: ast.AST) -> set:
+    """Names of the functions the source hands `TrainSpec(...)` or `<estimator>.train(...)`.
+
+    The input argument itself when it is a name, or the functions a lambda
+    passed there calls.
+    """
+    names = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        if _called_name(node) != "TrainSpec" and _is_estimator_call(node) != "train":
+            continue
+        given = [k.value for k in node.keywords if k.arg == "input_fn"] + node.args[:1]
+        for value in given:
+            if isinstance(value, ast.Lambda):
+                names |= {
+                    name
+                    for call in ast.walk(value.body)
+                    if isinstance(call, ast.Call) and (name := _called_name(call))
+                }
+            elif isinstance(value, (ast.Name, ast.Attribute)):
+                names.add(value.id if isinstance(value, ast.Name) else value.attr)
+    return names
+
+
+def _trains_on(name: str, training: set) -> bool:
+    """Whether the function `name` is a training input: named so, or by its name's words."""
+    if training:
+        return name in training
+    lowered = name.lower()
+    others = ("eval", "serving", "serve", "predict", "test")
+    return lowered.endswith("input_fn") and not any(word in lowered for word in others)
 
 
 def script_verdict(source: str, filename: str = "<script>") -> program_scan.Verdict:

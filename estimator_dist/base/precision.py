@@ -229,15 +229,14 @@ def rewrite_session_config(
     >>> options.auto_mixed_precision_onednn_bfloat16 == options.ON, options.remapping == options.OFF
     (True, True)
     """
-    from tensorflow.core.protobuf.rewriter_config_pb2 import RewriterConfig
-
     updated = type(session_config)()
     updated.CopyFrom(session_config)
+    rewrites = updated.graph_options.rewrite_options
     option = _REWRITES.get(precision.used)
     if option is not None:
-        setattr(updated.graph_options.rewrite_options, option, RewriterConfig.ON)
+        setattr(rewrites, option, rewrites.ON)
     if precision.used == BFLOAT16 and distributed:
-        updated.graph_options.rewrite_options.remapping = RewriterConfig.OFF
+        rewrites.remapping = rewrites.OFF
     return updated
 
 

@@ -235,7 +235,7 @@ def _value(spec: Flag, flag: flags.Flag) -> Any:
 
 
 def to_args(config: Any) -> List[str]:
-    """The command line that gives `config`'s settings, in field order (not nested ones).
+    """The command line that gives `config`'s settings, nested configs' included, in field order.
 
     A None value is left out, so its flag's default, which makes None, applies.
 
@@ -247,9 +247,10 @@ def to_args(config: Any) -> List[str]:
     ['--steps=10', '--fast=false']
     """
     args = []
-    for field in dataclasses.fields(config):
-        spec = field.metadata.get(METADATA_KEY)
+    for field, spec, nested in _fields(type(config)):
         value = getattr(config, field.name)
+        if nested is not None:
+            args.extend(to_args(value))
         if spec is None or value is None:
             continue
         if spec.kind == "multi_string":

@@ -155,13 +155,22 @@ class Evaluated:
     final: bool = False
 
 
+#: `Exiting.reason` of an evaluator that has no part in its program's job (a program that
+#: trains with `train()` and evaluates, if at all, with `evaluate()` on the chief).
+NO_EVALUATION = "no_evaluation"
+
+
 @dataclasses.dataclass(frozen=True)
 class Exiting:
-    """The task ends with `exit_code`; `cause` says why, for a failure on purpose."""
+    """The task ends with `exit_code`; `cause` says why, for a failure on purpose.
+
+    `reason` is a code for what the launcher decides on (`NO_EVALUATION`), or None.
+    """
 
     kind: ClassVar[str] = "exiting"
     exit_code: int
     cause: Optional[str] = None
+    reason: Optional[str] = None
 
 
 Event = Union[Started, Heartbeat, RendezvousMet, FirstStep, Progress, StopStep, Evaluated, Exiting]

@@ -17,9 +17,12 @@ from typing import Any, Mapping, Optional, Tuple
 from estimator_dist.base import params as params_lib
 from estimator_dist.base.errors import UsageError
 from estimator_dist.base.settings import check_bounds, setting
+from estimator_dist.config.guards import GuardConfig
 from run_config.names import EVAL_STRATEGY_NAMES
 from run_config.options import RunConfigOptions, StrategyConfig
 
+#: Global steps of a job whose --train_steps is not given and whose input repeats.
+DEFAULT_TRAIN_STEPS = 1000
 #: What `--export` can name.
 EXPORTS = ("latest", "best")
 #: Metric names (or parts of them) for which lower is better.
@@ -75,7 +78,9 @@ class JobConfig:
       eval_input_fn: Registry name or `package.module:function` of the
         evaluation input_fn; None calls `input_fn` with mode EVAL.
       eval_params: Parameters for the evaluation input_fn, over `params`.
-      train_steps: Global steps to train; every task stops there.
+      train_steps: Global steps to train; every task stops there. None: where
+        the training input ends when it ends by itself, else
+        `DEFAULT_TRAIN_STEPS`.
       stop_threshold: Early stopping: every task stops at one checkpointed step
         once an evaluation's accuracy reaches it (Model Garden's flag), or None.
       eval_steps: Evaluation batches; None reads the whole evaluation data,
@@ -100,21 +105,7 @@ class JobConfig:
       strategy: Training distribution strategy, and the GPUs per worker.
       eval_strategy: Evaluation strategy name (`off`, `mirrored`, `one_device`).
       eval_throttle_secs: Least seconds between two evaluations.
-      startup_timeout: Seconds a training task may take to complete its
-        first step (cluster assembly included) before it fails.
-      stall_timeout: Seconds the global step may stay the same before the
-        task fails; on the evaluator, seconds without a new checkpoint while
-        the chief is unreachable.
-      heartbeat_timeout: Seconds a training peer may leave the heartbeat
-        unanswered while this task trains before it fails (exit 156): a frozen
-        or cut-off peer (`estimator_dist.guards.heartbeat`); 0 turns it off.
-      preemption_checkpoint: Stop every task at one checkpointed step on
-        SIGTERM/SIGINT (`estimator_dist.guards.preemption`); False leaves the
-        signals' default (the task dies at once).
-      preemption_grace_secs: Seconds from SIGTERM/SIGINT to a forced exit,
-        within which every task stops at one step and the chief saves it
-        (`estimator_dist.guards.preemption`); keep it below the platform's grace
-        period (Kubernetes' `terminationGracePeriodSeconds`, 30 by default).
+      guards: The task's time bounds and preemption checkpoint.
       trace_every_steps: Write a Chrome trace (every op's start and duration,
         collectives included) of every this many global steps to
         `model_dir/traces/<task>/`, for chrome://tracing or Perfetto; None
@@ -192,7 +183,14 @@ class JobConfig:
         convert=params_lib.parse_params_flag,
         default_factory=dict,
     )
-    train_steps: int = setting(1000, "Global training steps.", lower_bound=1)
+    train_steps: Optional[int] = setting(
+        None,
+        "Global training steps; every task stops there. Default: where the training input "
+        "ends, when it ends by itself (a Dataset of known size, numpy_input_fn with num_epochs), "
+        f"else {DEFAULT_TRAIN_STEPS}.",
+        kind="integer",
+        lower_bound=1,
+    )
     stop_threshold: Optional[float] = setting(
         None,
         "Model Garden's early stopping: once an evaluation's accuracy reaches this, every task "
@@ -245,40 +243,7 @@ class JobConfig:
         "off", "Evaluation strategy.", flag="eval_distribution_strategy", enum=EVAL_STRATEGY_NAMES
     )
     eval_throttle_secs: int = setting(5, "Least seconds between evaluations.", lower_bound=0)
-    startup_timeout: float = setting(
-        600.0,
-        "Seconds for the cluster to assemble and run the first step before a training "
-        "task fails (exit 151), naming the peers it cannot reach.",
-        lower_bound=1.0,
-    )
-    stall_timeout: float = setting(
-        120.0,
-        "Seconds the global step may stay the same before a training task fails "
-        "(exit 152); also the bound of session creation up to the first step (exit 157) "
-        "and of the end of training without progress (exit 158); on the evaluator, "
-        "seconds without a new checkpoint while the chief is unreachable.",
-        lower_bound=1.0,
-    )
-    heartbeat_timeout: float = setting(
-        15.0,
-        "Seconds a training peer may leave this task's heartbeat (UDP datagrams on its gRPC "
-        "port's number) unanswered while training runs before the task fails (exit 156): a "
-        "frozen peer or a cut network, noticed long before --stall_timeout. 0 turns it off.",
-        lower_bound=0.0,
-    )
-    preemption_checkpoint: bool = setting(
-        True,
-        "On SIGTERM or SIGINT, stop every task at one global step and checkpoint it (exit "
-        "155); --nopreemption_checkpoint leaves the signals' default.",
-    )
-    preemption_grace_secs: float = setting(
-        25.0,
-        "On SIGTERM or SIGINT every task stops at one global step, the chief checkpoints it "
-        "and all exit 155 (retryable, no step lost); this many seconds after the signal a "
-        "task exits even if the job could not stop. Keep it below the platform's grace "
-        "period (Kubernetes terminationGracePeriodSeconds, default 30).",
-        lower_bound=1.0,
-    )
+    guards: GuardConfig = GuardConfig()
     trace_every_steps: Optional[int] = setting(
         None,
         "Write a Chrome trace of every this many global steps (each op's start and duration, "

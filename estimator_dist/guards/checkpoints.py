@@ -36,6 +36,7 @@ from typing import List, Optional, Tuple
 from absl import logging
 
 from estimator_dist.base.cluster import EVALUATOR, ClusterConfig
+from estimator_dist.tf_runtime import native
 
 #: Where checkpoints that cannot be restored are moved, inside model_dir.
 CORRUPT_DIR = "corrupt"
@@ -190,7 +191,6 @@ def settle(model_dir: str) -> Settled:
       The checkpoint training resumes from and what was skipped.
     """
     import tensorflow as tf
-    from tensorflow.python.checkpoint import checkpoint_management
 
     removed = remove_temps(model_dir)
     paths, stamps, unreadable = _listed(model_dir)
@@ -214,12 +214,11 @@ def settle(model_dir: str) -> Settled:
         if latest is None:
             tf.io.gfile.remove(state)
         else:
-            checkpoint_management.update_checkpoint_state_internal(
+            native.write_checkpoint_state(
                 model_dir,
                 os.path.basename(latest),
-                all_model_checkpoint_paths=[os.path.basename(p) for p, _ in kept],
-                all_model_checkpoint_timestamps=[s for _, s in kept] if stamps else None,
-                save_relative_paths=True,
+                [os.path.basename(p) for p, _ in kept],
+                [s for _, s in kept] if stamps else None,
             )
     settled = Settled(latest, tuple(skipped), removed)
     line = describe(settled, model_dir)

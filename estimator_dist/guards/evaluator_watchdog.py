@@ -28,7 +28,7 @@ from typing import Callable, Mapping, Optional, Tuple
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist.base import exit_codes
+from estimator_dist.base import exit_codes, files
 from estimator_dist.guards import preemption
 from estimator_dist.guards.watchdog import EVAL_UNENDING_MESSAGE, fail, unreachable
 from estimator_dist.guards.watchdog_hooks import EvaluationHook
@@ -209,6 +209,25 @@ class EvaluatorWatchdog:
             )
         self._exit(self._role, code, cause)
 
+    def _end_if_evaluated(self) -> None:
+        """Ends the evaluator when it already evaluated the step training stopped at early.
+
+        The chief records such a stop once training ended; an evaluation of that
+        checkpoint may have run before, when nobody could call it final, and
+        TensorFlow's evaluator, waiting for its own last step, would never end.
+
+        Raises:
+          StoppedEarly: the latest evaluation was of the step training stopped at.
+        """
+        evaluated = self._evaluations.evaluated
+        stop = preemption.decided_stop(self._model_dir)
+        if stop is None or evaluated is None or evaluated < stop:
+            return
+        files.mark_final_metrics(self._model_dir)
+        raise preemption.StoppedEarly(
+            f"evaluated global step {evaluated}, where training stopped before its last step"
+        )
+
     def sleep(self, seconds: float) -> None:
         """TensorFlow's evaluator sleep: judged as it begins, ended at the last step."""
         self.check(sleeping=False)
@@ -217,6 +236,7 @@ class EvaluatorWatchdog:
         try:
             while (remaining := end - self._clock()) > 0:
                 if self.finished():
+                    self._end_if_evaluated()
                     logging.info(
                         "estimator_dist: a checkpoint at or past the last step %d exists: "
                         "TensorFlow's evaluator sleep (EvalSpec's start delay or throttle) ends "

@@ -64,6 +64,10 @@ EARLY_STOP = "early stopping"
 _NEVER = sys.maxsize
 
 
+class StoppedEarly(Exception):
+    """The evaluator evaluated the step at which training stopped before its last step."""
+
+
 class Preemption:
     """Turns SIGTERM/SIGINT into a checkpoint at one step every task agrees on.
 
@@ -127,6 +131,11 @@ class Preemption:
         """Whether this job is stopping for a preemption."""
         stopping_early = self.reason is not None and self.reason.startswith(EARLY_STOP)
         return self._signalled_at is not None or (self.stop_at is not None and not stopping_early)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the channel runs (not `--nopreemption_checkpoint`)."""
+        return self._enabled
 
     @property
     def ended_at(self) -> Optional[int]:

@@ -26,7 +26,7 @@ from estimator_dist.base.cluster import CHIEF, EVALUATOR, PS, WORKER, ClusterCon
 from estimator_dist.base.console import StepRate, format_progress
 from estimator_dist.guards.evaluator_watchdog import EvaluatorWatchdog
 from estimator_dist.guards.preemption import Preemption
-from estimator_dist.guards.watchdog import Watchdog
+from estimator_dist.guards.watchdog import LastStep, Watchdog
 from model_fns import learning_rates
 
 
@@ -84,10 +84,10 @@ def start_preemption(
 def start_watchdog(
     cluster: ClusterConfig,
     model_dir: str,
-    last_step: Optional[int],
+    last_step: Optional[LastStep],
     startup_timeout: float,
     stall_timeout: float,
-    preemption: Preemption,
+    stopped_on_purpose: Callable[[], bool],
 ) -> Optional[Union[Watchdog, EvaluatorWatchdog]]:
     """Starts the fail-fast watchdog of this task; None on a parameter server.
 
@@ -98,7 +98,8 @@ def start_watchdog(
         fails (exit 6), a single process only warns. None when unknown.
       startup_timeout: Seconds to the first step.
       stall_timeout: Seconds the global step may stay the same.
-      preemption: Its stop below `last_step` is on purpose.
+      stopped_on_purpose: Whether training is being stopped below `last_step`
+        on purpose (a preemption, early stopping, a hook of the program).
     """
     watchdog: Optional[Union[Watchdog, EvaluatorWatchdog]]
     if not cluster.is_distributed:
@@ -109,12 +110,13 @@ def start_watchdog(
             stall_timeout,
             last_step,
             alone=True,
-            preempted=lambda: preemption.requested or preemption.stop_at is not None,
+            stopped_on_purpose=stopped_on_purpose,
             model_dir=model_dir,
         )
     elif cluster.task_type == EVALUATOR:
         chief = {"chief-0": cluster.jobs[CHIEF][0]}
-        watchdog = EvaluatorWatchdog(cluster.role, model_dir, chief, stall_timeout, last_step)
+        step = None if last_step is None else last_step.step
+        watchdog = EvaluatorWatchdog(cluster.role, model_dir, chief, stall_timeout, step)
     elif cluster.task_type == PS:
         # Its only line for people until the job ends: it trains nothing, so logs no progress.
         logging.info(
@@ -136,7 +138,7 @@ def start_watchdog(
             # Collective training needs every worker at every step; with parameter
             # servers a worker may stop alone.
             None if cluster.num_ps else last_step,
-            preempted=lambda: preemption.requested or preemption.stop_at is not None,
+            stopped_on_purpose=stopped_on_purpose,
             model_dir=model_dir,
         )
     watchdog.start()
@@ -166,8 +168,9 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
     the hooks start, for any model_fn, canned estimator or Keras model.
 
     Args:
-      last_step: The step training ends at (`--train_steps`); None, with `quiet`
-        only, when a program names none (its events then say 0).
+      last_step: The step training ends at; None when nothing names it before
+        training (one process training until its input ends): the line then
+        has no percentage, and the events say 0.
       examples_per_step: Examples one global step trains on: the global batch
         times the gradient accumulation steps; with parameter servers, one
         worker's batch. None leaves examples/s out (a script's batch).
@@ -185,9 +188,7 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         clock: Callable[[], float] = time.monotonic,
         quiet: bool = False,
     ) -> None:
-        if min(last_step or 1, every_n_steps, examples_per_step or 1) < 1 or (
-            last_step is None and not quiet
-        ):
+        if min(last_step or 1, every_n_steps, examples_per_step or 1) < 1:
             raise ValueError(
                 f"ProgressHook needs positive values, not last_step={last_step}, "
                 f"examples_per_step={examples_per_step}, every_n_steps={every_n_steps}."
@@ -293,7 +294,7 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
                 self._last_step,
                 loss,
                 examples_per_sec,
-                (self._last_step - step) / rate if rate else None,
+                (self._last_step - step) / rate if rate and self._last_step else None,
                 None if learning_rate is None else float(learning_rate),
             ),
         )

@@ -46,6 +46,7 @@ only bumps a counter and sets a flag the thread reads.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import sys
@@ -62,20 +63,40 @@ from estimator_dist.guards.watchdog_hooks import EvaluationHook, StepHook
 from estimator_dist.tf_runtime import patches
 
 FAILURE_PREFIX = exit_codes.FAILURE_PREFIX
-#: Why a cluster task whose training loop ended early fails, and the fix.
+#: Why a cluster task whose training loop ended early fails, and the fix. `last` names the
+#: last step as the user set it (`LastStep.named`), `fix` how to make the input last.
 INPUT_EXHAUSTED_MESSAGE = (
-    "training on this task ended at global step {step}, before --train_steps={last}: its "
-    "input ran out (or a hook asked it to stop), and the other tasks cannot finish a step "
-    "without it. A restart would run out at the same place, so the job is not retried. Make "
-    "the training input repeat (dataset.repeat(), or num_epochs=None for numpy_input_fn) and "
-    "let --train_steps end training."
+    "training on this task ended at global step {step}, before {last}: its input ran out, "
+    "and the other tasks cannot finish a step without it. A restart would run out at the same "
+    "place, so the job is not retried. {fix}"
 )
 #: Logged by a single process whose training loop ended early.
 INPUT_ENDED_ALONE = (
-    "Training ended at global step {step}, before --train_steps={last}: the training input "
-    "ran out. One process can stop there; on several workers the job would fail (exit 6). "
-    "Make the input repeat and let --train_steps end training."
+    "Training ended at global step {step}, before {last}: the training input ran out. One "
+    "process stops there, as TensorFlow does; on several workers the job would fail (exit 6). "
+    "{fix}"
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class LastStep:
+    """The step training ends at, and how messages name it to the user who set it.
+
+    Attributes:
+      step: The global step.
+      named: The setting it came from, as the user wrote it (`--train_steps=400`,
+        `TrainSpec's max_steps=1578.125`).
+      fix: How to make an input that ran out before it last.
+
+    >>> LastStep(400, "--train_steps=400", "Make the input repeat.").step
+    400
+    """
+
+    step: int
+    named: str
+    fix: str
+
+
 #: Why the evaluator fails when an evaluation is still reading after training ended.
 EVAL_UNENDING_MESSAGE = (
     "the evaluation of {checkpoint} has run {seconds:.0f} s and read {batches} batches without "
@@ -149,12 +170,13 @@ class Watchdog:
       stall_timeout: Seconds the global step may stay the same afterwards; also
         the bound of session creation and the first step (from the graph's
         completion), and of the end of training without progress.
-      last_step: The step every task trains to (`--train_steps`); a training
-        loop that ends below it is fatal. None when a task may stop alone.
+      last_step: The step every task trains to; a training loop that ends
+        below it is fatal. None when a task may stop alone.
       alone: This is a single process: a loop ending below `last_step` is
         only a warning, and no peers are probed.
-      preempted: Returns whether a preemption is stopping the job, which
-        ends the loop below `last_step` on purpose.
+      stopped_on_purpose: Returns whether training is being stopped on
+        purpose (a preemption, early stopping, a hook of the program), which
+        ends the loop below `last_step`.
       exit_fn: Called as `exit_fn(role, code, cause)`; `fail` by default.
       clock: Monotonic clock, replaceable in tests.
       model_dir: The job's model_dir: a stall names at least its latest
@@ -171,17 +193,17 @@ class Watchdog:
         peers: Mapping[str, str],
         startup_timeout: float,
         stall_timeout: float,
-        last_step: Optional[int] = None,
+        last_step: Optional[LastStep] = None,
         exit_fn: Callable[[str, int, str], None] = fail,
         clock: Callable[[], float] = time.monotonic,
         alone: bool = False,
-        preempted: Callable[[], bool] = lambda: False,
+        stopped_on_purpose: Callable[[], bool] = lambda: False,
         model_dir: Optional[str] = None,
     ) -> None:
         self._role = role
         self._model_dir = model_dir
         self._alone = alone
-        self._preempted = preempted
+        self._stopped_on_purpose = stopped_on_purpose
         self._peers = dict(peers)
         self._startup_timeout = startup_timeout
         self._stall_timeout = stall_timeout
@@ -435,15 +457,16 @@ class Watchdog:
             self._final_began = self._last_progress = self._clock()
             self._final_step = step
             self._evaluations_before_end = self._evaluations.begun
-        if self._last_step is None or step >= self._last_step or self._preempted():
+        last = self._last_step
+        if last is None or step >= last.step or self._stopped_on_purpose():
             return
         if self._alone:
-            logging.warning(INPUT_ENDED_ALONE.format(step=step, last=self._last_step))
+            logging.warning(INPUT_ENDED_ALONE.format(step=step, last=last.named, fix=last.fix))
             return
         self._exit(
             self._role,
             exit_codes.INPUT_EXHAUSTED,
-            INPUT_EXHAUSTED_MESSAGE.format(step=step, last=self._last_step),
+            INPUT_EXHAUSTED_MESSAGE.format(step=step, last=last.named, fix=last.fix),
         )
 
     def hook(self) -> tf.compat.v1.train.SessionRunHook:

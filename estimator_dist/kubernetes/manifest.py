@@ -78,7 +78,7 @@ def _script_settings(f: flags.FlagValues, args: Sequence[str]) -> ManifestSettin
         f,
         model_dir=model_dir,
         train_args=tuple(config.to_args()),
-        preemption_grace_secs=config.preemption_grace_secs,
+        preemption_grace_secs=config.guards.preemption_grace_secs,
         communication=config.communication if chosen else None,
         program=script_config.PROGRAM,
     )
@@ -109,7 +109,7 @@ def generate(f: flags.FlagValues, train_args: Sequence[str]) -> Tuple[str, List[
         f,
         model_dir=job.run.model_dir,
         train_args=tuple(train_args),
-        preemption_grace_secs=job.preemption_grace_secs,
+        preemption_grace_secs=job.guards.preemption_grace_secs,
         strategy=job.strategy.name,
         communication=job.strategy.communication if chosen else None,
     )

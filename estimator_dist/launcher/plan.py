@@ -92,7 +92,7 @@ def train_plan(train_args: Sequence[str], num_workers: int, shared_model_dir: bo
         job.train_steps,
         "--train_steps",
         tuple(pitfalls.format_report(list(checked.pitfalls)).splitlines()),
-        job.preemption_grace_secs + 5,
+        job.guards.preemption_grace_secs + 5,
     )
 
 
@@ -130,5 +130,5 @@ def script_plan(config: ScriptConfig, script: Optional[str], script_args: Sequen
             f"when it runs): {verdict}",
             *pitfalls.format_report(found).splitlines(),
         ),
-        config.preemption_grace_secs + 5,
+        config.guards.preemption_grace_secs + 5,
     )

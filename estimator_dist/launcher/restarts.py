@@ -25,7 +25,7 @@ import shutil
 import time
 from typing import Callable, Dict, List, Optional
 
-from estimator_dist.base import exit_codes
+from estimator_dist.base import exit_codes, status
 from estimator_dist.base.cluster import LocalCluster
 from estimator_dist.base.errors import Error
 from estimator_dist.launcher.exits import RestartPolicy
@@ -228,6 +228,8 @@ def _finish(
     metrics = files.read_final_metrics(model_dir)
     if metrics is not None:
         launcher.say(f"final evaluation: {files.format_metrics(metrics)}")
+    elif any(task.reason == status.NO_EVALUATION for task in launcher.tasks):
+        launcher.say("the program evaluated nothing: the evaluator had no part in it")
     elif settings.evaluator:
         launcher.say(f"the evaluator wrote no final metrics to {model_dir}")
         return exit_codes.FAILURE

@@ -115,6 +115,7 @@ class Task:
       silenced: Whether the launcher killed it for its silence.
       exiting: Whether the task said it exits (`status.Exiting`): its heartbeat stops while
         the interpreter shuts TensorFlow down, which took over 30 s on a loaded machine.
+      reason: The code the task gave with its exit (`status.Exiting.reason`), if any.
     """
 
     config: ClusterConfig
@@ -126,6 +127,7 @@ class Task:
     heard: float = 0.0
     silenced: bool = False
     exiting: bool = False
+    reason: Optional[str] = None
 
     @property
     def name(self) -> str:
@@ -325,6 +327,7 @@ class Launcher:
             self.reported_steps = event.step
         elif isinstance(event, status.Exiting):
             task.exiting = True
+            task.reason = event.reason
             if event.cause:
                 task.detail = event.cause.strip()
 

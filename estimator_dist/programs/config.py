@@ -27,6 +27,7 @@ from absl import flags
 from estimator_dist.base import settings
 from estimator_dist.base.errors import UsageError
 from estimator_dist.base.settings import check_bounds, none_for_zero, setting
+from estimator_dist.config.guards import GuardConfig
 from estimator_dist.programs.locate import (
     check_module_name,
     check_package_path,
@@ -77,17 +78,11 @@ class ScriptConfig:
       communication: RING, NCCL or AUTO (any case), for the strategy given to
         a script whose RunConfig has none.
       collective_timeout: Seconds a collective may wait, or None for ever.
-      startup_timeout: Seconds to the first training step.
-      stall_timeout: Seconds the global step may stay the same.
-      heartbeat_timeout: Seconds a training peer may leave the heartbeat
-        unanswered while training runs (exit 156); 0 turns it off.
       model_dir: The directory the script's estimator must write to, or None
         to take the script's.
       eval_start_delay_secs: Replaces the EvalSpec's start_delay_secs, or None.
       eval_throttle_secs: Replaces the EvalSpec's throttle_secs, or None.
-      preemption_checkpoint: Stop every task at one checkpointed step on
-        SIGTERM/SIGINT (`estimator_dist.guards.preemption`).
-      preemption_grace_secs: Seconds from the signal to a forced exit 155.
+      guards: The task's time bounds and preemption checkpoint.
       precision: `--mixed_precision` of the estimator's sessions, the
         script's own session config kept.
       module: The module to run as `python -m` runs it, instead of a script.
@@ -140,26 +135,6 @@ class ScriptConfig:
         lower_bound=0.0,
         convert=none_for_zero,
     )
-    startup_timeout: float = setting(
-        600.0,
-        "Seconds for the cluster to assemble and run the first step before a training "
-        "task fails (exit 151).",
-        lower_bound=1.0,
-    )
-    stall_timeout: float = setting(
-        120.0,
-        "Seconds the global step may stay the same before a training task fails (exit 152); "
-        "also the bound of session creation up to the first step (exit 157) and of the end "
-        "of training without progress (exit 158); on the evaluator, seconds without a new "
-        "checkpoint while the chief is unreachable.",
-        lower_bound=1.0,
-    )
-    heartbeat_timeout: float = setting(
-        15.0,
-        "Seconds a training peer may leave this task's heartbeat unanswered while training "
-        "runs before the task fails (exit 156): a frozen peer or a cut network. 0 turns it off.",
-        lower_bound=0.0,
-    )
     eval_start_delay_secs: Optional[int] = setting(
         None,
         "Replaces the script's EvalSpec start_delay_secs (TensorFlow's default: 120 s).",
@@ -173,18 +148,7 @@ class ScriptConfig:
         kind="integer",
         lower_bound=0,
     )
-    preemption_checkpoint: bool = setting(
-        True,
-        "On SIGTERM or SIGINT, stop every task at one global step and checkpoint it (exit "
-        "155), as estimator_dist.train does; --nopreemption_checkpoint leaves the signals to "
-        "the script.",
-    )
-    preemption_grace_secs: float = setting(
-        25.0,
-        "Seconds after SIGTERM or SIGINT at which a task exits 155 even if the job could not "
-        "stop at one step. Keep it below the platform's grace period.",
-        lower_bound=1.0,
-    )
+    guards: GuardConfig = GuardConfig()
     precision: PrecisionConfig = PrecisionConfig()
     resolve: bool = dataclasses.field(default=True, compare=False)
 
@@ -252,7 +216,7 @@ class ScriptConfig:
         ['--module=m', '--package_path=/srv']
         """
         # --module and --package_path first, when given.
-        given = [*settings.to_args(self), *settings.to_args(self.precision)]
+        given = settings.to_args(self)
         if self.module is None:
             return [*given, "--", str(self.path), *self.args]
         return [*given, "--", *self.args]

@@ -13,6 +13,7 @@ in the same order; `LoopTask` gives each call a meaning every task agrees on:
 * `evaluate()`: computed once, by the chief, on its segment's last checkpoint;
   every task returns the chief's dict, with its numpy types.
 * `export_saved_model()`: written once, by the chief; the others get its path.
+* `predict()`: each task predicts on its own, outside the cluster.
 * `shutil.rmtree(model_dir)`: the chief clears it, keeping the launcher's logs.
 * The evaluator task has no part: it ends (exit 0) at the program's first call.
 
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Protocol, Tuple
 
 import tensorflow as tf
 from absl import logging
@@ -34,16 +35,34 @@ from estimator_dist.base import files
 from estimator_dist.base.cluster import CHIEF, EVALUATOR, WORKER, ClusterConfig
 from estimator_dist.base.console import LOG_DIR
 from estimator_dist.base.errors import ClusterTimeoutError, PeerFailureError, UsageError
-from estimator_dist.programs.results import (
-    clear,
-    decode_metrics,
-    encode_metrics,
-    local_copy,
-    placed,
-)
+from estimator_dist.config.guards import GuardConfig
+from estimator_dist.programs.results import clear, decode_metrics, encode_metrics, placed
+from estimator_dist.tf_runtime.estimators import local_copy
 
 if TYPE_CHECKING:
-    from estimator_dist.programs.task import ScriptTask
+    from estimator_dist.programs.config import ScriptConfig
+    from estimator_dist.task.run import TaskRun
+
+
+class Program(Protocol):
+    """What a loop needs of its program's task (`estimator_dist.programs.task.ScriptTask`)."""
+
+    config: ScriptConfig
+    run: TaskRun
+
+    @property
+    def attempt(self) -> Optional[str]: ...
+
+    def model_dir_of(self, estimator: Any) -> str: ...
+
+    def join(self, model_dir: str) -> None: ...
+
+    def where_in_program(self) -> str: ...
+
+    def leave(self) -> None: ...
+
+    def train_segment(self, estimator: Any, train_spec: Any, eval_spec: Any) -> Optional[int]: ...
+
 
 #: Directory of `model_dir` where the chief leaves each call's result for the other tasks.
 LOOP_DIR = "loop"
@@ -75,17 +94,19 @@ class LoopTask:
     """What `Estimator.train`/`evaluate`/`export_saved_model` do on one task of a cluster.
 
     Args:
-      task: The task's `ScriptTask`, which runs each training segment and
+      program: The program's task, which runs each training segment and
         holds the attempt id of the rendezvous.
       cluster: This task's normalised cluster configuration.
-      stall_timeout: Seconds a waiting task lets the chief's port stay silent.
+      guards: The task's bounds: a waiting task lets the chief's port stay
+        silent for the stall timeout, and waits for a result at most the
+        start-up timeout before the first segment.
     """
 
-    def __init__(self, task: ScriptTask, cluster: ClusterConfig, stall_timeout: float) -> None:
-        self._task = task
+    def __init__(self, program: Program, cluster: ClusterConfig, guards: GuardConfig) -> None:
+        self._program = program
         self._cluster = cluster
-        self._stall_timeout = stall_timeout
-        self._calls = {"train": 0, "evaluate": 0, "export": 0, "rmtree": 0, "count": 0}
+        self._guards = guards
+        self._calls = {"train": 0, "evaluate": 0, "export": 0, "rmtree": 0}
         # The global step the last segment ended at; None before the first call.
         self._step: Optional[int] = None
         self._model_dir: Optional[str] = None
@@ -99,19 +120,19 @@ class LoopTask:
         The start step is read after the rendezvous, which follows any clearing by the chief.
         """
         if self._cluster.task_type == EVALUATOR:
-            self._task.calls += 1
+            self._program.leave()
             print(EVALUATOR_LEAVES.format(method=method), flush=True)
             raise SystemExit(0)
         if self._model_dir is None:
-            self._model_dir = self._task.model_dir_of(estimator)
-        self._task.join(estimator, self._model_dir, {"loop": True})
+            self._model_dir = self._program.model_dir_of(estimator)
+        self._program.join(self._model_dir)
         if self._step is None:
             self._step = files.checkpoint_step(self._model_dir)
         return self._results_dir()
 
     def _results_dir(self) -> str:
-        tf.io.gfile.makedirs(os.path.join(self._model_dir, LOOP_DIR, str(self._task.attempt)))
-        return os.path.join(self._model_dir, LOOP_DIR, str(self._task.attempt))
+        tf.io.gfile.makedirs(os.path.join(self._model_dir, LOOP_DIR, str(self._program.attempt)))
+        return os.path.join(self._model_dir, LOOP_DIR, str(self._program.attempt))
 
     def train(
         self,
@@ -157,7 +178,7 @@ class LoopTask:
             )
             return estimator
         if self._cluster.num_ps and wanted is None:  # Each worker steps alone: nothing to agree.
-            raise UsageError(NO_STEPS_PS.format(where=self._task.where_in_program()))
+            raise UsageError(NO_STEPS_PS.format(where=self._program.where_in_program()))
         fewest = None if self._cluster.num_ps else self._agreed_batches(estimator, input_fn, wanted)
         target = wanted if fewest is None else self._step + fewest
         if wanted is not None:
@@ -173,53 +194,10 @@ class LoopTask:
         # No evaluation runs on a training task of a cluster: the spec is never read.
         eval_spec = tf.estimator.EvalSpec(input_fn, steps=1, start_delay_secs=0, throttle_secs=0)
         del original  # Estimator.train refuses a cluster: TensorFlow's train_and_evaluate runs.
-        self._task.segment_target = target
-        try:
-            self._task.train_and_evaluate(
-                self._task.original_train_and_evaluate, estimator, train_spec, eval_spec
-            )
-        finally:
-            self._task.segment_target = None
+        stopped_at = self._program.train_segment(estimator, train_spec, eval_spec)
         self._serving = True
-        self._step = self._task.last_step_reached or target
+        self._step = stopped_at or target
         return estimator
-
-    def exchange_counts(
-        self, estimator: Any, input_fn: Callable, wanted: Optional[int]
-    ) -> Dict[str, Any]:
-        """Every training task's count of the batches its input yields, by role.
-
-        Each training task counts its own input (`estimator_dist.task.last_step`, up to
-        the batches `wanted` more steps need) and leaves the count beside the
-        chief's results; every task reads all of them, for the start-up timeout.
-
-        Args:
-          estimator: The estimator that will train.
-          input_fn: Its training input function.
-          wanted: The steps the call trains at most, or None: until the input ends.
-
-        Returns:
-          `last_step.count_input`'s dict, with `start`, by role.
-        """
-        from estimator_dist.task import last_step
-
-        config = self._task.config
-        count = last_step.count_for_task(
-            self._cluster, estimator, input_fn, wanted, config.startup_timeout
-        )
-        self._calls["count"] += 1
-        call, role = self._calls["count"], self._cluster.role
-        results = self._results_dir()
-        files.write_json(os.path.join(results, f"count-{call}-{role}.json"), count)
-        workers = self._cluster.jobs.get(WORKER, [])
-        roles = [f"{CHIEF}-0"] + [f"{WORKER}-{i}" for i in range(len(workers))]
-        deadline = time.monotonic() + config.startup_timeout
-        return {
-            other: self._wait_for(
-                os.path.join(results, f"count-{call}-{other}.json"), "count", deadline=deadline
-            )
-            for other in roles
-        }
 
     def _agreed_batches(
         self, estimator: Any, input_fn: Callable, wanted: Optional[int]
@@ -229,12 +207,12 @@ class LoopTask:
         Raises:
           UsageError: `train()` until the input ends, over an input that never ends.
         """
-        counts = self.exchange_counts(estimator, input_fn, wanted)
+        counts = self._program.run.exchange_counts(estimator, input_fn, wanted)
         finite = {other: c["batches"] for other, c in counts.items() if c["batches"] is not None}
         if not finite:
             if wanted is None:
                 raise UsageError(
-                    NO_STEPS.format(where=self._task.where_in_program(), role=sorted(counts)[0])
+                    NO_STEPS.format(where=self._program.where_in_program(), role=sorted(counts)[0])
                 )
             return None
         fewest = min(finite.values())
@@ -288,6 +266,23 @@ class LoopTask:
             return decode_metrics(encoded)
         return decode_metrics(self._wait_for(path, "evaluation")["metrics"])
 
+    def predict(self, original: Callable, estimator: Any, *args: Any, **kwargs: Any) -> Any:
+        """Every task predicts on its own, outside the cluster, as one process would.
+
+        Estimator's predict session connects to the task's own server, which
+        runs only once the task trained: before that it would wait forever. A
+        prediction changes nothing, so each task computes the program's own.
+
+        Args:
+          original: `Estimator.predict`, called on a local copy.
+          estimator: The program's estimator.
+          *args, **kwargs: As `Estimator.predict` takes them.
+
+        Returns:
+          What `Estimator.predict` returns: a generator of predictions.
+        """
+        return original(local_copy(estimator), *args, **kwargs)
+
     def export(self, original: Callable, estimator: Any, *args: Any, **kwargs: Any) -> Any:
         """The chief exports; every task returns the path of the chief's export.
 
@@ -335,7 +330,7 @@ class LoopTask:
 
         role, address = peer or (f"{CHIEF}-0", self._cluster.jobs[CHIEF][0])
         if deadline is None and not self._serving:
-            deadline = time.monotonic() + self._task.config.startup_timeout
+            deadline = time.monotonic() + self._guards.startup_timeout
         silent_since: Optional[float] = None
         last_probe = time.monotonic()
         while True:
@@ -346,7 +341,7 @@ class LoopTask:
             if deadline is not None and now > deadline:
                 raise ClusterTimeoutError(
                     f"task {self._cluster.role} waited for {role}'s {what} ({path}) until the "
-                    f"--startup_timeout of {self._task.config.startup_timeout:g} s ran out: "
+                    f"--startup_timeout of {self._guards.startup_timeout:g} s ran out: "
                     f"{role} is stuck or gone. The job restarts from the latest checkpoint."
                 )
             if deadline is None and now - last_probe >= 1.0:
@@ -355,11 +350,12 @@ class LoopTask:
                     silent_since = None
                 elif silent_since is None:
                     silent_since = now
-                elif now - silent_since > self._stall_timeout:
+                elif now - silent_since > self._guards.stall_timeout:
                     raise PeerFailureError(
                         f"task {self._cluster.role} waited for {role}'s {what} ({path}), and "
-                        f"{role} ({address}) has not answered for {self._stall_timeout:g} s: it "
-                        "is gone. The job restarts from the latest checkpoint."
+                        f"{role} ({address}) has not answered for "
+                        f"{self._guards.stall_timeout:g} s: it is gone. The job restarts from the "
+                        "latest checkpoint."
                     )
             time.sleep(_POLL_SECS)
 
@@ -370,7 +366,7 @@ class LoopTask:
         the chief alone deletes, keeping `logs/` and `loop/`; once met, the tasks
         wait for each other around it, so each starts its next training alike.
         """
-        model_dir = self._task.config.model_dir
+        model_dir = self._program.config.model_dir
         target = os.path.abspath(os.fspath(path)) if "://" not in str(path) else str(path)
         where = None if model_dir is None else placed(target, model_dir)
         if where is None:

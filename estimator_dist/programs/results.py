@@ -1,15 +1,13 @@
 """What the chief of a program shares with its other tasks through model_dir, and how.
 
 An evaluation's dict crosses tasks with its numpy types (`encode_metrics`,
-`decode_metrics`), the chief evaluates on a local copy of the estimator,
-outside the cluster (`local_copy`), and clears model_dir for a program that
-deletes it, keeping the launcher's task logs (`clear`). Used by
+`decode_metrics`), and the chief clears model_dir for a program that deletes
+it, keeping the launcher's task logs (`clear`). Used by
 `estimator_dist.programs.loop`.
 """
 
 from __future__ import annotations
 
-import copy
 import os
 from typing import Any, Dict, Mapping, Optional, Tuple
 
@@ -51,21 +49,6 @@ def clear(target: str, model_dir: str, keep: Tuple[str, ...]) -> None:
                 tf.io.gfile.rmtree(entry)
             else:
                 tf.io.gfile.remove(entry)
-
-
-def local_copy(estimator: Any) -> Any:
-    """A copy of `estimator` that evaluates in a local session, outside the cluster."""
-    local = copy.deepcopy(estimator)
-    config = local._config
-    config._distribute_coordinator_mode = None
-    config._train_distribute = config._eval_distribute = None
-    config._cluster_spec = tf.train.ClusterSpec({})
-    config._task_type, config._task_id = None, 0
-    config._master = config._evaluation_master = ""
-    config._num_worker_replicas, config._num_ps_replicas = 1, 0
-    local._train_distribution = local._eval_distribution = None
-    local._device_fn = None
-    return local
 
 
 def placed(path: str, model_dir: str) -> Optional[str]:

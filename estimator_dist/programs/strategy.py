@@ -5,8 +5,12 @@ needs (MultiWorkerMirroredStrategy with --communication on the chief and
 workers, a local MirroredStrategy on the evaluator); a strategy the script
 built itself is kept, and a MultiWorkerMirroredStrategy then all-reduces
 sparse gradients as dense tensors (`estimator_dist.tf_runtime.patches`).
-`with_distribution` and `set_run_config` give an Estimator other strategies
-as if its constructor had received them. `--mixed_precision` turns its
+A strategy the program set (through `train_distribute`, `eval_distribute` or
+`experimental_distribute`) is never replaced, on any task: on the evaluator,
+outside the cluster, a MultiWorkerMirroredStrategy the program built is a
+local one (`estimator_dist.tf_runtime.patches`, patch 5). The estimator gets
+strategies as if its constructor had received them
+(`estimator_dist.tf_runtime.estimators`). `--mixed_precision` turns its
 grappler rewrite on in the estimator's session config, the script's own
 settings kept (`estimator_dist.base.precision`).
 """
@@ -14,10 +18,10 @@ settings kept (`estimator_dist.base.precision`).
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import time
 from typing import TYPE_CHECKING, Any, Optional
+
+from absl import logging
 
 from estimator_dist.base import precision as precision_lib
 from estimator_dist.base.cluster import EVALUATOR, ClusterConfig
@@ -30,12 +34,11 @@ if TYPE_CHECKING:
 
     from run_config.strategies import Strategies
 
-#: A single-process strategy in a script run on several workers.
+#: Logged when a single-machine strategy of the program is widened to the cluster.
 LOCAL_STRATEGY = (
-    "the script's RunConfig sets train_distribute={strategy}, which trains in one "
-    "process, but TF_CONFIG has {workers} workers, which would wait for each other "
-    "forever. Remove train_distribute (then {program} gives every task the strategy it "
-    "needs) or build tf.distribute.MultiWorkerMirroredStrategy()."
+    "estimator_dist: the program's {strategy} mirrors the devices of one process; on "
+    "{workers} workers each task trains instead with a MultiWorkerMirroredStrategy over the "
+    "same devices, synchronised with the others (the program's evaluation strategy is kept)."
 )
 
 #: Parameter servers for a script that brings no strategy.
@@ -45,68 +48,6 @@ PS_WITHOUT_STRATEGY = (
     "train_distribute=tf.compat.v1.distribute.experimental.ParameterServerStrategy() in the "
     "script, or run the job without ps tasks."
 )
-
-
-def _is_collective(strategy: Optional[tf.distribute.Strategy]) -> bool:
-    from tensorflow.python.distribute.collective_all_reduce_strategy import (
-        CollectiveAllReduceExtended,
-    )
-
-    return strategy is not None and isinstance(strategy.extended, CollectiveAllReduceExtended)
-
-
-def with_distribution(
-    config: tf.estimator.RunConfig,
-    train_distribute: Optional[tf.distribute.Strategy],
-    eval_distribute: Optional[tf.distribute.Strategy],
-) -> tf.estimator.RunConfig:
-    """A copy of `config` with other strategies, as if they had been given to its constructor.
-
-    `RunConfig.replace` only swaps the fields: the distribute coordinator mode
-    and the cluster settings that RunConfig derives from TF_CONFIG and the
-    strategy when it is built would stay those of the old strategy. So after
-    the replacement this runs what `RunConfig.__init__` runs for a config with
-    a strategy (`estimator_training.init_run_config`). A config built without a
-    strategy on a task of a cluster was also given a default session config
-    with device filters for between-graph replication; that one is dropped, as
-    the constructor would not have made it.
-
-    Args:
-      config: The script's RunConfig.
-      train_distribute: The training strategy.
-      eval_distribute: The evaluation strategy, or None.
-
-    Returns:
-      A new RunConfig; `config` is unchanged.
-    """
-    from tensorflow.python.distribute import estimator_training
-
-    session_config = config.session_config
-    if session_config is not None and session_config == (
-        config._get_default_session_config_distributed()
-    ):
-        session_config = None
-    replaced = config.replace(
-        train_distribute=train_distribute,
-        eval_distribute=eval_distribute,
-        session_config=session_config,
-    )
-    estimator_training.init_run_config(replaced, json.loads(os.environ.get("TF_CONFIG") or "{}"))
-    return replaced
-
-
-def set_run_config(estimator: tf.estimator.Estimator, config: tf.estimator.RunConfig) -> None:
-    """Makes `estimator` use `config`, with everything `Estimator.__init__` derives from it.
-
-    The estimator's model_dir stays: `config` must have the same one.
-    """
-    from tensorflow_estimator.python.estimator import estimator as estimator_lib
-
-    estimator._config = config
-    estimator._train_distribution = config.train_distribute
-    estimator._eval_distribution = config.eval_distribute
-    estimator._session_config = config.session_config
-    estimator._device_fn = config.device_fn or estimator_lib._get_replica_device_setter(config)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,19 +90,16 @@ def distribute(
 
 
 def _set_session_config(estimator: Any, precision: precision_lib.Precision) -> None:
-    """Turns `precision`'s rewrite on in the estimator's session config, the rest kept.
-
-    Set on the estimator's RunConfig in place: `RunConfig.replace` would
-    deep-copy the strategy it holds, which must stay the one this task built.
-    """
+    """Turns `precision`'s rewrite on in the estimator's session config, the rest kept."""
     import tensorflow as tf
 
-    run_config = estimator._config
+    from estimator_dist.tf_runtime import estimators
+
+    run_config = estimators.run_config(estimator)
     given = run_config.session_config or tf.compat.v1.ConfigProto(allow_soft_placement=True)
     distributed = bool(run_config.cluster_spec.as_dict())
     session_config = precision_lib.rewrite_session_config(precision, given, distributed)
-    run_config._session_config = session_config
-    estimator._session_config = session_config
+    estimators.set_session_config(estimator, session_config)
 
 
 def _distribute(
@@ -171,30 +109,40 @@ def _distribute(
     earlier: Optional[Distribution],
 ) -> Distribution:
     """`distribute`'s strategies."""
-    from estimator_dist.tf_runtime import patches
+    from estimator_dist.tf_runtime import estimators, patches
+    from estimator_dist.tf_runtime import strategies as strategies_lib
     from run_config.strategies import StrategyConfig, communication_of, make_strategies
 
-    run_config = estimator._config
+    run_config = estimators.run_config(estimator)
     own = run_config.train_distribute
     evaluation = run_config.eval_distribute
-    if own is None and cluster.num_ps and cluster.task_type != EVALUATOR:
-        raise UsageError(PS_WITHOUT_STRATEGY.format(ps=cluster.num_ps, program=PROGRAM))
-    if own is None or cluster.task_type == EVALUATOR:
+    local = own is not None and not (
+        strategies_lib.is_collective(own) or type(own).__name__.startswith("ParameterServer")
+    )
+    if local and cluster.task_type != EVALUATOR and cluster.num_workers > 1:
+        logging.info(
+            "%s",
+            LOCAL_STRATEGY.format(strategy=type(own).__name__, workers=cluster.num_workers),
+        )
+        own = None
+    if own is None:
+        if cluster.num_ps and cluster.task_type != EVALUATOR:
+            raise UsageError(PS_WITHOUT_STRATEGY.format(ps=cluster.num_ps, program=PROGRAM))
         # The evaluator gets a local strategy of either kind; the name only has
         # to fit the cluster.
         name = PARAMETER_SERVER if cluster.num_ps else MULTI_WORKER_MIRRORED
         wanted = StrategyConfig(name, config.communication, config.collective_timeout)
         if earlier is not None and earlier.injected:
-            set_run_config(estimator, with_distribution(run_config, earlier.train, evaluation))
+            given = estimators.with_distribution(run_config, earlier.train, evaluation)
+            estimators.set_run_config(estimator, given)
             return dataclasses.replace(earlier, eval=evaluation)
         strategies: Strategies = make_strategies(wanted, OFF, cluster)
-        if cluster.task_type == EVALUATOR and _is_collective(evaluation):
+        if cluster.task_type == EVALUATOR and strategies_lib.is_collective(evaluation):
             # Built by the script on the evaluator, where it is a local strategy
             # (`tf_runtime.patches`, patch 5); evaluation needs none.
             evaluation = None
-        set_run_config(
-            estimator, with_distribution(run_config, strategies.train_distribute, evaluation)
-        )
+        given = estimators.with_distribution(run_config, strategies.train_distribute, evaluation)
+        estimators.set_run_config(estimator, given)
         return Distribution(
             strategies.train_distribute,
             evaluation,
@@ -203,18 +151,10 @@ def _distribute(
             strategies.communication if strategies.effective_communication else None,
             strategies.effective_communication,
         )
-    collective = _is_collective(own)
-    separate = type(own).__name__.startswith("ParameterServerStrategy")
-    if cluster.num_workers > 1 and not (collective or separate):
-        raise UsageError(
-            LOCAL_STRATEGY.format(
-                strategy=type(own).__name__, workers=cluster.num_workers, program=PROGRAM
-            )
-        )
     communication = None
-    if collective:
+    if strategies_lib.is_collective(own):
         patches.set_gradient_transport(own)
-        communication = own.extended._communication_options.implementation.name
+        communication = strategies_lib.collective_implementation(own)
     effective = communication_of(own)
     return Distribution(own, evaluation, type(own).__name__, False, communication, effective)
 

@@ -1,16 +1,21 @@
-"""The wrappers around a legacy script's `tf.estimator.train_and_evaluate` call.
+"""A program's task: its `train_and_evaluate` calls, given to the task's run.
 
-While the script runs, `ScriptTask.installed()` replaces
-`tf.estimator.train_and_evaluate` (and its `tf.compat.v1.estimator` alias)
-and guards `Estimator.train`/`evaluate`. The wrapper checks the call, gives
-the estimator its task's strategies (`estimator_dist.programs.strategy`),
-meets the cluster (`estimator_dist.guards.rendezvous`), adds the watchdog, the
-preemption checkpoint and, on a training task, a hook sending the launcher
-`Progress` events (`progress_reporter`; Estimator's own `loss = ..., step = ...`
-lines stay the script's progress lines for people), wraps the input
-functions as `estimator_dist.train` does, makes the evaluator write
-`eval_metrics.json` and the chief `run_record.json`, and turns failures into
-the package's exit codes.
+While the program runs, `ScriptTask.installed()` puts the package's functions
+in place of TensorFlow's entry points (`estimator_dist.tf_runtime.intercept`):
+
+* `tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)`: the
+  call is checked, the estimator gets the strategies its task needs where the
+  program set none (`estimator_dist.programs.strategy`; the program's own are
+  kept), and the task's run (`estimator_dist.task.run`, the same as for every
+  kind of job) does the rest with the program's specs as they are;
+* `Estimator.train`/`evaluate`/`export_saved_model` outside it: on a cluster,
+  synchronised segments and the chief's results (`estimator_dist.programs.loop`);
+* every estimator built, and `model_to_estimator`: the model_dir every task
+  shares (`user.shared_model_dir`), and the Keras bridge as a cluster needs it;
+* `shutil.rmtree` of the model_dir: the chief's alone.
+
+Failures become the package's exit codes; an error of the program's own code
+stays the program's (it may catch it) and ends the task with exit 5.
 """
 
 from __future__ import annotations
@@ -18,39 +23,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import tempfile
-import time
 import traceback
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Set
 
-from absl import logging
-
-from estimator_dist.base import status
 from estimator_dist.base.cluster import CHIEF, WORKER, ClusterConfig
 from estimator_dist.base.errors import Error, UsageError
+from estimator_dist.guards.startup import Startup
 from estimator_dist.programs.config import PROGRAM, ScriptConfig
 from estimator_dist.programs.loop import LoopTask
-from estimator_dist.programs.user import (
-    explained,
-    given_model_dir,
-    holders_of,
-    keras_bridge,
-    keras_estimator_modules,
-    recording,
-    rmtrees,
-    routed,
-    swap,
-    user_frame,
-)
+from estimator_dist.programs.user import explained, shared_model_dir, user_frame
 
-if TYPE_CHECKING:
-    from estimator_dist.guards.evaluator_watchdog import EvaluatorWatchdog
-    from estimator_dist.guards.heartbeat import Heartbeat
-    from estimator_dist.guards.preemption import Preemption
-    from estimator_dist.guards.startup import Startup
-    from estimator_dist.guards.watchdog import Watchdog
-
-#: Why a multi-worker job needs `TrainSpec(max_steps=...)`.
+#: Why a multi-worker job with parameter servers needs `TrainSpec(max_steps=...)`.
 NO_MAX_STEPS = (
     "{where}the script's TrainSpec has no max_steps, so training on task {role} would run "
     "until its input runs out: with parameter servers each worker steps alone, so no task "
@@ -59,85 +42,80 @@ NO_MAX_STEPS = (
     "TrainSpec(input_fn, max_steps=N)."
 )
 
-#: A script that sets `model_dir` apart from the one the launcher was given.
+#: A program whose estimator writes outside the directory the launcher was given.
 MODEL_DIR_MISMATCH = (
     "the script's estimator writes to {actual}, but --model_dir={expected} was given to "
     "{program}, which reads checkpoints and writes logs there. Give the script the same "
-    "directory (e.g. `-- --model_dir={expected}` for a script with a --model_dir argument), "
-    "or pass the script's directory as --model_dir. Every task must share one: a directory "
-    "made per task (tempfile.mkdtemp()) shares no checkpoint; an Estimator given no "
-    "model_dir at all gets --model_dir."
+    "directory, or one below it (e.g. `-- --model_dir={expected}` for a script with a "
+    "--model_dir argument), or pass the script's directory as --model_dir. Every task must "
+    "share one: a directory made per task (tempfile.mkdtemp()) shares no checkpoint; an "
+    "Estimator given no model_dir at all gets --model_dir."
+)
+
+#: How to make a program's training input that ran out before its last step last.
+FIX_INPUT = (
+    "Make the training input repeat (dataset.repeat(), or num_epochs=None for "
+    "numpy_input_fn) and let TrainSpec's max_steps end training, or give no max_steps to "
+    "train until the shortest input ends."
 )
 
 
 class ScriptTask:
-    """One task running a legacy script: the wrappers installed around it and what they saw.
+    """One task running a program: the interceptions around it and what they saw.
 
     Args:
-      config: The script and the task's settings.
+      config: The program and the task's settings.
       cluster: This task's normalised cluster configuration.
       startup: Records the task's start-up phases.
     """
 
     def __init__(self, config: ScriptConfig, cluster: ClusterConfig, startup: Startup) -> None:
+        from estimator_dist.task.run import TaskRun
+
         self._config = config
         self._cluster = cluster
         self._startup = startup
         self._inside = 0
-        # The id the chief gave this attempt at the rendezvous, for the preemption decisions.
-        self._attempt: Optional[str] = None
-        self._joined = False
-        self._values: Dict[str, Any] = {}
         # The strategies this task gave estimators, by id of the training strategy.
         self._distributions: Dict[int, Any] = {}
-        self.calls = 0
-        #: The first failure a wrapper raised, which wins even if the script catches it.
+        #: The first failure an interception raised, which wins even if the program catches it.
         self.failure: Optional[BaseException] = None
-        #: The step the last training call stopped at when a decision ended it early.
-        self.last_step_reached: Optional[int] = None
-        self.loop = LoopTask(self, cluster, config.stall_timeout)
-        #: The last step a train() segment agreed on, while it trains.
-        self.segment_target: Optional[int] = None
-        #: TensorFlow's own train_and_evaluate, while `installed()` replaces it.
-        self.original_train_and_evaluate: Optional[Callable] = None
-        #: The heartbeat the first training call started; later calls go on with it.
-        self._heartbeat: Optional[Heartbeat] = None
+        #: Whether this task took its part in the job: trained, or left it on purpose.
+        self.took_part = False
+        #: `status.NO_EVALUATION` once the evaluator left a program it has no part in.
+        self.left_evaluation: Optional[str] = None
+        self.run = TaskRun(cluster, config.guards, startup)
+        self.loop = LoopTask(self, cluster, config.guards)
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        """Installs the wrappers while the script runs; restores TensorFlow afterwards."""
-        from tensorflow_estimator.python.estimator import estimator as estimator_lib
-        from tensorflow_estimator.python.estimator import training
+        """Intercepts TensorFlow's entry points while the program runs; restores them after."""
+        from estimator_dist.base import files
+        from estimator_dist.task.run import TaskRun
+        from estimator_dist.tf_runtime.intercept import intercepted
 
-        original = training.train_and_evaluate
-        self.original_train_and_evaluate = original
-        init = estimator_lib.Estimator.__init__
+        temporary: Set[str] = set()
 
-        @functools.wraps(original)
-        def train_and_evaluate(estimator: Any, train_spec: Any, eval_spec: Any) -> Any:
-            return self.train_and_evaluate(original, estimator, train_spec, eval_spec)
+        def policy(arguments: dict, what: str) -> Optional[str]:
+            return shared_model_dir(arguments, self._config.model_dir, temporary, what)
 
-        with contextlib.ExitStack() as stack:
-            for holder in holders_of(original):
-                swap(stack, holder, "train_and_evaluate", train_and_evaluate)
-            for method, looped in (
-                ("train", self.loop.train),
-                ("evaluate", self.loop.evaluate),
-                ("export_saved_model", self.loop.export),
-            ):
-                guarded = self._guard(getattr(estimator_lib.Estimator, method), looped)
-                swap(stack, estimator_lib.Estimator, method, guarded)
-            temporary: Set[str] = set()
-            swap(stack, tempfile, "mkdtemp", recording(tempfile.mkdtemp, temporary))
-            shared = self._config.model_dir
-            swap(
-                stack, estimator_lib.Estimator, "__init__", given_model_dir(init, shared, temporary)
-            )
-            for holder in keras_estimator_modules() if self._cluster.is_distributed else ():
-                bridge = keras_bridge(holder.model_to_estimator, shared, temporary)
-                swap(stack, holder, "model_to_estimator", bridge)
-            for owner, name in rmtrees():
-                swap(stack, owner, name, routed(getattr(owner, name), self.loop.rmtree))
+        def keras_lock(model_dir: str) -> Any:
+            return files.model_dir_lock(model_dir, "keras_bridge")
+
+        with intercepted(
+            self.train_and_evaluate,
+            {
+                "train": functools.partial(self._guard, looped=self.loop.train),
+                "evaluate": functools.partial(self._guard, looped=self.loop.evaluate),
+                "export_saved_model": functools.partial(self._guard, looped=self.loop.export),
+                "predict": functools.partial(self._guard, looped=self.loop.predict),
+            },
+            policy,
+            temporary,
+            self.loop.rmtree,
+            keras_lock if self._cluster.is_distributed else None,
+        ) as original:
+            self.run = TaskRun(self._cluster, self._config.guards, self._startup, original)
             yield
 
     def _guard(self, call: Callable, looped: Callable) -> Callable:
@@ -163,70 +141,61 @@ class ScriptTask:
     @property
     def attempt(self) -> Optional[str]:
         """The id the chief gave this attempt at the rendezvous (None before, or alone)."""
-        return self._attempt
+        return self.run.attempt
 
     def where_in_program(self) -> str:
         """`file:line: ` of the program's innermost frame on the current stack, or ''."""
         return user_frame(traceback.extract_stack())
 
     def model_dir_of(self, estimator: Any) -> str:
-        """The estimator's model_dir (absolute when local), checked against --model_dir."""
+        """The estimator's model_dir (absolute when local), checked against --model_dir.
+
+        It is --model_dir or a directory below it (a program with several
+        estimators gives each one of its own).
+        """
         model_dir = estimator.model_dir
         if "://" not in model_dir:
             model_dir = os.path.abspath(model_dir)
-        if self._config.model_dir is not None and model_dir != self._config.model_dir:
+        expected = self._config.model_dir
+        if expected is not None and not _at_or_below(model_dir, expected):
             raise UsageError(
-                MODEL_DIR_MISMATCH.format(
-                    actual=model_dir, expected=self._config.model_dir, program=PROGRAM
-                )
+                MODEL_DIR_MISMATCH.format(actual=model_dir, expected=expected, program=PROGRAM)
             )
         return model_dir
 
-    def join(
-        self, estimator: Any, model_dir: str, view: Dict[str, Any], value: Any = None
-    ) -> Dict[str, Any]:
-        """Meets the other tasks once per process, before TensorFlow starts its servers.
+    def join(self, model_dir: str) -> None:
+        """Meets the other tasks for a program's first `train()`/`evaluate()` call."""
+        self.took_part = True
+        self.run.join(model_dir, self._view(model_dir, {"loop": True}))
 
-        Later calls do nothing: the first call's servers hold the ports.
-
-        Returns:
-          Every training task's `value` by role (`estimator_dist.guards.rendezvous.exchange`).
-        """
-        import tensorflow as tf
-
-        from estimator_dist.guards.checkpoints import settle_for_task
-        from estimator_dist.guards.rendezvous import exchange
-
-        if self._joined:
-            return {}  # Only the first call's values were exchanged.
-        config = self._config
-        # The chief settles the checkpoints before it answers; the others restore after it.
-        settle_for_task(self._cluster, model_dir, config.startup_timeout)
-        full = {
+    def _view(self, model_dir: str, extra: Dict[str, Any]) -> Dict[str, Any]:
+        """What every task of the cluster must agree on, for the rendezvous."""
+        return {
             "cluster": {name: list(ports) for name, ports in self._cluster.jobs.items()},
             "model_dir": model_dir,
-            "script": os.path.basename(config.path),
-            "script_args": list(config.args),
-            "tensorflow": tf.__version__,
-            **view,
+            "script": os.path.basename(str(self._config.path)),
+            "script_args": list(self._config.args),
+            **extra,
         }
-        self._attempt, self._values = exchange(self._cluster, full, config.startup_timeout, value)
-        self._joined = True
-        self._startup.mark("rendezvous")
-        return self._values
 
     def train_and_evaluate(
-        self, original: Callable, estimator: Any, train_spec: Any, eval_spec: Any
+        self,
+        original: Callable,
+        estimator: Any,
+        train_spec: Any,
+        eval_spec: Any,
+        count_inputs: bool = True,
     ) -> Any:
-        """Runs TensorFlow's `train_and_evaluate` the way this task needs it."""
-        from tensorflow_estimator.python.estimator import estimator as estimator_lib
+        """Runs the program's `train_and_evaluate` call as this task needs it."""
+        import tensorflow as tf
 
-        if not isinstance(estimator, estimator_lib.Estimator):
+        # Every estimator, v2 ones included, is an instance of the v1 class.
+        if not isinstance(estimator, tf.compat.v1.estimator.Estimator):
             return original(estimator, train_spec, eval_spec)  # Raises TensorFlow's TypeError.
-        self.calls += 1
+        self.took_part = True
         self._inside += 1
         try:
-            return self._run(original, estimator, train_spec, eval_spec)
+            return self._train_and_evaluate(estimator, train_spec, eval_spec, count_inputs)
         except (KeyboardInterrupt, SystemExit):
             raise
         except Error as error:
@@ -239,226 +208,91 @@ class ScriptTask:
         finally:
             self._inside -= 1
 
-    def _run(self, original: Callable, estimator: Any, train_spec: Any, eval_spec: Any) -> Any:
-        import tensorflow as tf
-
-        from estimator_dist.base.errors import DataError
-        from estimator_dist.guards.heartbeat import start_heartbeat
-        from estimator_dist.guards.roles import start_preemption, start_watchdog
-        from estimator_dist.task import diagnose, early_stopping, last_step, records
-        from estimator_dist.tf_runtime import patches
-
-        self._startup.mark("script")
-        model_dir, max_steps = self._prepare(estimator, train_spec)
-        if max_steps != train_spec.max_steps:  # Decided from the training inputs.
-            train_spec = train_spec._replace(max_steps=max_steps)
-        cluster, config = self._cluster, self._config
-        preemption = start_preemption(
-            cluster, model_dir, config.preemption_checkpoint, config.preemption_grace_secs
-        )
-        preemption.joined(self._attempt)
-        try:
-            watchdog = start_watchdog(
-                cluster,
-                model_dir,
-                max_steps,
-                config.startup_timeout,
-                config.stall_timeout,
-                preemption,
-            )
-            exporter = records.MetricsExporter(model_dir)
-            train_spec, eval_spec = self._specs(
-                estimator, train_spec, eval_spec, exporter, watchdog, preemption
-            )
-            self._heartbeat = start_heartbeat(
-                cluster,
-                model_dir,
-                self._attempt,
-                config.heartbeat_timeout,
-                preemption,
-                self._heartbeat,
-            )
-            if self._heartbeat is not None:
-                hooks = (*train_spec.hooks, self._heartbeat.hook())
-                train_spec = train_spec._replace(hooks=hooks)
-            started = time.monotonic()
-            try:
-                strategy = estimator._config.train_distribute
-                if strategy is not None and self._cluster.is_distributed:
-                    patches.fresh_collective_keys(strategy, self.calls - 1)
-                result = original(estimator, train_spec, eval_spec)
-            except early_stopping.StoppedEarly as stopped:
-                logging.info("estimator_dist: the evaluator ends: it %s.", stopped)
-                result = None
-            except tf.errors.OpError as error:
-                step = getattr(watchdog, "step", None)
-                explained = diagnose.explain_training_error(
-                    error, step, time.monotonic() - started, model_dir
-                )
-                if preemption.requested:
-                    logging.warning(
-                        "Training failed while stopping for a preemption: %s",
-                        diagnose.error_summary(error),
-                    )
-                    preemption.finished(failed=True)
-                if explained is None:
-                    raise
-                raise explained from (error if isinstance(explained, DataError) else None)
-            except ValueError as error:
-                # Saver's, for a checkpoint deleted while it was restored (rotated away).
-                gone = diagnose.explain_checkpoint_gone(error)
-                if gone is None:
-                    raise
-                raise gone from None
-            except RuntimeError as error:
-                # The thread that writes event files raises a refused write as RuntimeError.
-                storage = diagnose.explain_storage_error(
-                    error, model_dir, getattr(watchdog, "step", None)
-                )
-                if storage is None:
-                    raise
-                raise storage from None
-            finally:
-                if watchdog is not None:
-                    watchdog.stop()
-            preemption.finished()
-        finally:
-            preemption.uninstall()
-        if not cluster.is_distributed:
-            last_step.finish_alone(estimator, exporter, result, model_dir, max_steps)
-        self.last_step_reached = None
-        if early_stopping.stopped_early(preemption):  # Recorded last: it says why training ended.
-            self.last_step_reached = early_stopping.record_stop(model_dir, preemption, cluster)
-        return result
-
-    def _prepare(self, estimator: Any, train_spec: Any) -> Tuple[str, Optional[int]]:
-        """Checks the call, distributes the estimator, meets the cluster, writes the record.
-
-        Returns:
-          The estimator's model_dir (absolute when local) and the last step: the
-          TrainSpec's max_steps, or on a cluster the one `estimator_dist.task.last_step`
-          decided from the training inputs.
-        """
-        import tensorflow as tf
-
-        from estimator_dist.base import files
+    def _train_and_evaluate(
+        self, estimator: Any, train_spec: Any, eval_spec: Any, count_inputs: bool
+    ) -> Any:
         from estimator_dist.programs import strategy as script_strategy
         from estimator_dist.task import last_step
+        from estimator_dist.task.run import Call, steps_of
 
         cluster, config = self._cluster, self._config
-        max_steps = train_spec.max_steps
         training = cluster.is_distributed and cluster.task_type in (CHIEF, WORKER)
-        if training and max_steps is None and cluster.num_ps:
-            where = user_frame(traceback.extract_stack())
-            raise UsageError(NO_MAX_STEPS.format(where=where, role=cluster.role))
+        if training and train_spec.max_steps is None and cluster.num_ps:
+            raise UsageError(NO_MAX_STEPS.format(where=self.where_in_program(), role=cluster.role))
         model_dir = self.model_dir_of(estimator)
-        # A later call with the same estimator (a train() loop) keeps the strategy it was given.
-        distribution = self._distributions.get(id(estimator._config.train_distribute))
-        if distribution is None:
-            earlier = next(iter(self._distributions.values()), None)
-            distribution = script_strategy.distribute(estimator, cluster, config, earlier)
-            self._distributions[id(distribution.train)] = distribution
+        distribution = self._distribution(estimator)
         self._startup.mark("strategies")
-        view = {
-            "max_steps": max_steps,
-            "strategy": distribution.name,
-            "communication": distribution.communication,
-        }
-        # The first call's counts travel with the rendezvous; a later call's through files. A
-        # train() segment's last step is agreed already.
-        counts: Dict[str, Any] = {}
-        if not self._joined:
-            count = last_step.count_for_task(
-                cluster, estimator, train_spec.input_fn, max_steps, config.startup_timeout
-            )
-            counts = self.join(estimator, model_dir, view, count)
-        elif training and not cluster.num_ps and self.segment_target is None:
-            counts = self.loop.exchange_counts(estimator, train_spec.input_fn, max_steps)
-        tf.io.gfile.makedirs(model_dir)
-        last, decision = last_step.decide_for_task(
-            cluster, model_dir, counts, max_steps, config.startup_timeout, self._attempt
-        )
-        if last is not None:
-            known = decision or last_step.read_decision(model_dir) or {}
-            status.emit(status.StopStep(step=last, how=last_step.stop_how(known.get("how"))))
-        if cluster.is_chief:
-            record = script_strategy.run_record(distribution, cluster, config, model_dir, max_steps)
-            record["last_step"] = decision  # How the last step was found, on a cluster.
-            files.write_json(os.path.join(model_dir, files.RUN_RECORD_FILE), record)
-        return model_dir, last
-
-    def _specs(
-        self,
-        estimator: Any,
-        train_spec: Any,
-        eval_spec: Any,
-        exporter: Any,
-        watchdog: Optional[Union[Watchdog, EvaluatorWatchdog]],
-        preemption: Preemption,
-    ) -> Tuple[Any, Any]:
-        """The script's TrainSpec and EvalSpec with this task's hooks, input wrappers, exporter."""
-        import tensorflow as tf
-
-        from estimator_dist.guards.watchdog import Watchdog
-        from estimator_dist.task import early_stopping
-        from estimator_dist.task.user_code import present_input_fn
-
-        config = self._config
-        own_hooks = early_stopping.agreed(
-            list(train_spec.hooks), preemption, self._cluster, config.preemption_checkpoint
-        )
-        train_hooks = [*own_hooks, self._startup.hook(), *preemption.hooks()]
-        eval_hooks = list(eval_spec.hooks)
-        if watchdog is not None:
-            eval_hooks.append(watchdog.eval_hook())
-        if isinstance(watchdog, Watchdog):
-            train_hooks.append(watchdog.hook())
-        if not self._cluster.is_distributed or self._cluster.task_type in (CHIEF, WORKER):
-            every = estimator.config.log_step_count_steps or DEFAULT_PROGRESS_STEPS
-            train_hooks.append(progress_reporter(train_spec.max_steps, every))
-        train = tf.estimator.TrainSpec(
-            present_input_fn(train_spec.input_fn),
-            max_steps=train_spec.max_steps,
-            hooks=train_hooks,
-            saving_listeners=train_spec.saving_listeners,
-        )
-        evaluation = tf.estimator.EvalSpec(
-            present_input_fn(eval_spec.input_fn),
-            steps=eval_spec.steps,
-            name=eval_spec.name,
-            hooks=eval_hooks,
-            exporters=[
-                *eval_spec.exporters,
-                exporter,
-                early_stopping.FinalEvaluationExporter(self.model_dir_of(estimator)),
-            ],
+        eval_spec = eval_spec._replace(
             start_delay_secs=_override(config.eval_start_delay_secs, eval_spec.start_delay_secs),
             throttle_secs=_override(config.eval_throttle_secs, eval_spec.throttle_secs),
         )
-        return train, evaluation
+        max_steps = train_spec.max_steps
+
+        def record(decision: Optional[dict]) -> dict:
+            return script_strategy.run_record(
+                distribution, cluster, config, model_dir, steps_of(max_steps)
+            )
+
+        def name_last_step(step: int, how: str) -> str:
+            if how == last_step.MAX_STEPS and max_steps is not None:
+                return f"TrainSpec's max_steps={max_steps:g}"
+            return f"global step {step}, where the shortest training input ends"
+
+        call = Call(
+            view=self._view(
+                model_dir,
+                {
+                    "max_steps": max_steps,
+                    "strategy": distribution.name,
+                    "communication": distribution.communication,
+                },
+            ),
+            record=record,
+            name_last_step=name_last_step,
+            fix=FIX_INPUT,
+            count_inputs=count_inputs,
+            explain=lambda error, step: error,  # The program's own: it may catch it.
+        )
+        self._startup.mark("script")
+        return self.run.train_and_evaluate(estimator, train_spec, eval_spec, call)
+
+    def _distribution(self, estimator: Any) -> Any:
+        """The strategies this call trains with; a later call with the same estimator keeps them."""
+        from estimator_dist.programs import strategy as script_strategy
+        from estimator_dist.tf_runtime import estimators
+
+        strategy = estimators.run_config(estimator).train_distribute
+        distribution = self._distributions.get(id(strategy))
+        if distribution is None:
+            earlier = next(iter(self._distributions.values()), None)
+            distribution = script_strategy.distribute(
+                estimator, self._cluster, self._config, earlier
+            )
+            self._distributions[id(distribution.train)] = distribution
+        return distribution
+
+    def leave(self) -> None:
+        """The evaluator has no part in a `train()`/`evaluate()` program: it ends (exit 0)."""
+        from estimator_dist.base import status
+
+        self.took_part = True
+        self.left_evaluation = status.NO_EVALUATION
+
+    def train_segment(self, estimator: Any, train_spec: Any, eval_spec: Any) -> Optional[int]:
+        """One training segment of a `train()` call, to a last step every task agreed on.
+
+        Returns:
+          The step it stopped at early (a hook of the program, early stopping), or None.
+        """
+        original = self.run.tensorflow_train_and_evaluate
+        self.train_and_evaluate(original, estimator, train_spec, eval_spec, count_inputs=False)
+        return self.run.stopped_at
 
 
-#: Steps between two `Progress` events of a script whose RunConfig logs no step count.
-DEFAULT_PROGRESS_STEPS = 100
-
-
-def progress_reporter(last_step: Optional[int], every_n_steps: int) -> Any:
-    """A hook that sends a `status.Progress` event every `every_n_steps` global steps, silently.
-
-    `guards.roles.ProgressHook`, quiet: a script's Estimator logs `loss = ...,
-    step = ...` for people already. The event carries the step, the loss of the
-    step that reached it and the interval's length; no examples/s, the script's
-    batch being unknown.
-
-    Args:
-      last_step: The step training ends at, or None when the script names none
-        (the events then say 0).
-      every_n_steps: Global steps between two events (the RunConfig's
-        `log_step_count_steps`).
-    """
-    from estimator_dist.guards.roles import ProgressHook
-
-    return ProgressHook(last_step, None, max(1, every_n_steps), quiet=True)
+def _at_or_below(path: str, directory: str) -> bool:
+    """Whether `path` is `directory` or inside it."""
+    path, directory = path.rstrip("/"), directory.rstrip("/")
+    return path == directory or path.startswith(directory + "/")
 
 
 def _override(value: Optional[int], default: int) -> int:

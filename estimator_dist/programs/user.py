@@ -1,19 +1,15 @@
 """A legacy program's own code, as a task sees it: where it is, what its failures mean.
 
-And the entry points wrapped while it runs (`swap`, `holders_of`, `routed`,
-`rmtrees`, `given_model_dir`, `keras_bridge`, `recording`), for
-`estimator_dist.programs.task`.
+And which model_dir its estimators get (`shared_model_dir`), the policy that
+`estimator_dist.tf_runtime.intercept` applies to every estimator it builds.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import os
-import sys
 import sysconfig
 import traceback
-from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
+from typing import Optional, Sequence, Set, Tuple
 
 from absl import logging
 
@@ -91,36 +87,9 @@ def explained(error: BaseException, script: str) -> BaseException:
     return user_code_error(error, script)
 
 
-def swap(stack: contextlib.ExitStack, owner: Any, name: str, value: Any) -> None:
-    """Sets `owner.name` to `value` until `stack` closes."""
-    previous = getattr(owner, name)
-    setattr(owner, name, value)
-    stack.callback(setattr, owner, name, previous)
-
-
-def holders_of(function: Callable) -> List[Any]:
-    """Every module object through which a script can reach `function` by its name.
-
-    `tf.estimator` and `tf.compat.v1.estimator` are lazy loaders that copy the
-    module's names into themselves when first used, so they are patched as
-    well as the modules behind them.
-    """
-    import tensorflow as tf
-
-    holders = [tf.estimator, tf.compat.v1.estimator, tf.compat.v2.estimator]
-    name = function.__name__
-    for holder in holders:
-        getattr(holder, name)  # Loads a lazy module, which copies its names in.
-    holders += [
-        module
-        for module_name, module in list(sys.modules.items())
-        if module_name.startswith("tensorflow") and getattr(module, name, None) is function
-    ]
-    unique = {id(holder): holder for holder in holders}
-    return [holder for holder in unique.values() if getattr(holder, name) is function]
-
-
-def _shared(arguments: dict, given: Optional[str], temporary: Set[str], what: str) -> Optional[str]:
+def shared_model_dir(
+    arguments: dict, given: Optional[str], temporary: Set[str], what: str
+) -> Optional[str]:
     """Gives `arguments` (`model_dir`, `config`) `given` where their model_dir is not shared.
 
     That is no model_dir (a temporary one would be made) or a temporary
@@ -147,136 +116,3 @@ def _shared(arguments: dict, given: Optional[str], temporary: Set[str], what: st
     if configured is not None:
         arguments["config"] = config.replace(model_dir=given)
     return given
-
-
-def given_model_dir(init: Callable, given: Optional[str], temporary: Set[str]) -> Callable:
-    """Wraps `Estimator.__init__`: `given` (--model_dir) for a model_dir that is not shared.
-
-    Args:
-      init: `Estimator.__init__`.
-      given: --model_dir, or None to leave every estimator as built.
-      temporary: The directories the program made with `tempfile.mkdtemp()`.
-
-    Returns:
-      The wrapper, to put in place of `Estimator.__init__`.
-    """
-    import inspect
-
-    signature = inspect.signature(init)
-
-    @functools.wraps(init)
-    def __init__(estimator: Any, *args: Any, **kwargs: Any) -> None:
-        bound = signature.bind(estimator, *args, **kwargs)
-        _shared(bound.arguments, given, temporary, "an Estimator")
-        init(*bound.args, **bound.kwargs)
-
-    return __init__
-
-
-def keras_bridge(
-    model_to_estimator: Callable, given: Optional[str], temporary: Set[str]
-) -> Callable:
-    """Wraps `model_to_estimator` for a task of a cluster, as `estimator_dist.train` calls it.
-
-    It writes the Keras model's weights to `model_dir/keras` on every task, for
-    the estimator to start from, so the model_dir must be the shared one, and
-    the tasks take turns (the first writes, the others find it); every
-    training task starts from them, as a chief does (TensorFlow's bridge
-    warm-starts on the chief alone, and the tasks then initialise their
-    variables with different collectives and hang creating the session); and
-    the "saver" checkpoint format, since the object-based default builds its
-    Saver in a replica context, where a model with batch normalization fails
-    at its first step.
-
-    Args:
-      model_to_estimator: The bridge, v1 or v2.
-      given: --model_dir, or None.
-      temporary: The directories the program made with `tempfile.mkdtemp()`.
-
-    Returns:
-      The wrapper, to put in place of the bridge.
-    """
-    import inspect
-    import tempfile
-
-    import tensorflow as tf
-
-    from estimator_dist.base import files
-
-    signature = inspect.signature(model_to_estimator)
-
-    @functools.wraps(model_to_estimator)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        model_dir = _shared(bound.arguments, given, temporary, "model_to_estimator")
-        if bound.arguments["checkpoint_format"] != "saver":
-            logging.info("estimator_dist: model_to_estimator gets checkpoint_format='saver'.")
-            bound.arguments["checkpoint_format"] = "saver"
-        # Only a chief's config warm-starts from the Keras weights, and a worker that does
-        # not initialises its variables with other collectives than the chief: both hang.
-        config = bound.arguments["config"] or tf.estimator.RunConfig(model_dir=model_dir)
-        chief = config.is_chief
-        bound.arguments["config"] = config.replace()
-        bound.arguments["config"]._is_chief = True
-        with files.model_dir_lock(model_dir or tempfile.gettempdir(), "keras_bridge"):
-            estimator = model_to_estimator(*bound.args, **bound.kwargs)
-        estimator._config._is_chief = chief
-        return estimator
-
-    return wrapper
-
-
-def recording(mkdtemp: Callable, made: Set[str]) -> Callable:
-    """`tempfile.mkdtemp`, adding each directory it makes to `made`.
-
-    Args:
-      mkdtemp: `tempfile.mkdtemp`.
-      made: Collects the directories made.
-
-    Returns:
-      The wrapper.
-    """
-
-    @functools.wraps(mkdtemp)
-    def wrapper(*args: Any, **kwargs: Any) -> str:
-        path = mkdtemp(*args, **kwargs)
-        made.add(os.path.abspath(path))
-        return path
-
-    return wrapper
-
-
-def rmtrees() -> List[Tuple[Any, str]]:
-    """The recursive deletes a program may call, as (module, attribute name)."""
-    import shutil
-
-    import tensorflow as tf
-
-    return [(shutil, "rmtree"), (tf.io.gfile, "rmtree"), (tf.compat.v1.gfile, "DeleteRecursively")]
-
-
-def routed(function: Callable, handler: Callable) -> Callable:
-    """`function`, whose calls become `handler(function, *args, **kwargs)`.
-
-    Args:
-      function: What the program calls.
-      handler: Decides what the call does; `function` does the work where it should.
-
-    Returns:
-      The wrapper.
-    """
-
-    @functools.wraps(function)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return handler(function, *args, **kwargs)
-
-    return wrapper
-
-
-def keras_estimator_modules() -> List[Any]:
-    """The modules through which a program reaches `model_to_estimator` (v1 and v2), once each."""
-    import tensorflow as tf
-
-    modules = [tf.keras.estimator, tf.compat.v1.keras.estimator, tf.compat.v2.keras.estimator]
-    return list({id(module): module for module in modules}.values())

@@ -1,9 +1,13 @@
-"""The training driver: one call runs `tf.estimator.train_and_evaluate` on any role.
+"""A job of named functions (`estimator_dist.train`): its estimator and specs, then the task's run.
 
 `train_and_evaluate(job, cluster)` runs the same way on the chief, a worker,
-a parameter server, the evaluator, or a single process with no TF_CONFIG.
-Because `tf.estimator.train_and_evaluate` returns nothing in multi-worker
-mode, the evaluator (or the single process) writes the final metrics to
+a parameter server, the evaluator, or a single process with no TF_CONFIG: it
+checks the job (`estimator_dist.task.preflight`), builds the strategies, the
+RunConfig and the estimator of the named model, and the `TrainSpec` and
+`EvalSpec` a plain TensorFlow program would give the named input functions;
+`estimator_dist.task.run` does the rest, as for every kind of job. Because
+`tf.estimator.train_and_evaluate` returns nothing in multi-worker mode, the
+evaluator (or the single process) writes the final metrics to
 `model_dir/eval_metrics.json`, and the chief writes what actually ran to
 `model_dir/run_record.json` (`estimator_dist.task.records`).
 
@@ -19,31 +23,18 @@ Example, a single process on the embedded digits:
 from __future__ import annotations
 
 import os
-import time
-from typing import List, Optional, Tuple, Union
+from typing import Optional, Tuple
 
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist.base import console, files, precision, status
-from estimator_dist.base.cluster import CHIEF, EVALUATOR, WORKER, ClusterConfig
-from estimator_dist.base.errors import DataError, Error
-from estimator_dist.config.job import JobConfig, check_batch
-from estimator_dist.guards.checkpoints import settle_for_task
-from estimator_dist.guards.evaluator_watchdog import EvaluatorWatchdog
-from estimator_dist.guards.heartbeat import start_heartbeat
-from estimator_dist.guards.preemption import Preemption
-from estimator_dist.guards.rendezvous import rendezvous
-from estimator_dist.guards.roles import enter_task, progress_hook, start_preemption, start_watchdog
+from estimator_dist.base import files, precision
+from estimator_dist.base.cluster import EVALUATOR, ClusterConfig
+from estimator_dist.config.job import DEFAULT_TRAIN_STEPS, JobConfig, check_batch
+from estimator_dist.guards.roles import enter_task
 from estimator_dist.guards.startup import Startup
-from estimator_dist.guards.watchdog import Watchdog
-from estimator_dist.task import early_stopping, export, records
-from estimator_dist.task.diagnose import (
-    error_summary,
-    explain_training_error,
-    explain_user_error,
-    refused_writes,
-)
+from estimator_dist.task import export, last_step, records
+from estimator_dist.task.diagnose import explain_user_error, refused_writes
 from estimator_dist.task.preflight import (
     Preflight,
     build_estimator,
@@ -51,20 +42,20 @@ from estimator_dist.task.preflight import (
     model_fn_estimator,
     preflight,
 )
+from estimator_dist.task.run import Call, TaskRun
 from estimator_dist.tf_runtime import patches
-from input_fns import bad_data
 from run_config.run_config import make_run_config
 from run_config.strategies import Strategies, make_strategies
-
-_AnyWatchdog = Optional[Union[Watchdog, EvaluatorWatchdog]]
 
 
 def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]:
     """Runs `tf.estimator.train_and_evaluate` for this task of the job.
 
-    Everything this task can check alone comes before it waits for the
-    others at the rendezvous; then the chief records what runs, and every
-    task trains, evaluates or serves as a parameter server.
+    Everything this task can check alone comes first (the pre-flight); then
+    it builds the estimator and the specs that the same functions would get
+    in a program of plain TensorFlow, and the task's run
+    (`estimator_dist.task.run`) meets the other tasks and trains, evaluates or
+    serves as a parameter server.
 
     Args:
       job: The job, identical on every task.
@@ -90,75 +81,6 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
         job.run, strategies.train_distribute, strategies.eval_distribute, job.strategy.num_gpus
     )
     startup.mark("strategies")
-    preemption = _start_preemption(job, cluster)
-    with refused_writes(job.run.model_dir):  # The chief settles before the others may restore.
-        settle_for_task(cluster, job.run.model_dir, job.startup_timeout)
-    attempt = rendezvous(cluster, records.job_view(job, cluster), job.startup_timeout)
-    preemption.joined(attempt)
-    startup.mark("rendezvous")
-    if cluster.task_type in (None, CHIEF, WORKER):
-        status.emit(status.StopStep(step=job.train_steps, how=status.MAX_STEPS))
-    estimator = _record_and_build(job, cluster, checked, strategies, num_replicas, run_config)
-    watchdog = start_watchdog(
-        cluster,
-        job.run.model_dir,
-        job.train_steps,
-        job.startup_timeout,
-        job.stall_timeout,
-        preemption,
-    )
-    exporter = records.MetricsExporter(job.run.model_dir)
-    train_spec, eval_spec = _specs(job, cluster, checked, exporter, startup, preemption, watchdog)
-    heartbeat = start_heartbeat(
-        cluster, job.run.model_dir, attempt, job.heartbeat_timeout, preemption
-    )
-    if heartbeat is not None:
-        train_spec = train_spec._replace(hooks=(*train_spec.hooks, heartbeat.hook()))
-    if job.stop_threshold is not None:
-        train_spec, eval_spec = _stop_at_threshold(
-            job, cluster, estimator, preemption, train_spec, eval_spec
-        )
-    _train(job, cluster, estimator, train_spec, eval_spec, watchdog, preemption)
-    if (
-        cluster.task_type is None
-        and exporter.final_metrics is None
-        and early_stopping.stopped_early(preemption)
-    ):
-        # One process stopped early: its last evaluation, of the step it stopped at, is final.
-        return files.mark_final_metrics(job.run.model_dir)
-    if cluster.task_type in (None, EVALUATOR):
-        return exporter.final_metrics
-    return None
-
-
-def _strategies(job: JobConfig, cluster: ClusterConfig) -> Tuple[Strategies, int]:
-    """This task's strategies and training replicas, with the batch checked against them."""
-    strategies = make_strategies(job.strategy, job.eval_strategy, cluster)
-    train = strategies.train_distribute
-    num_replicas = train.num_replicas_in_sync if train and cluster.task_type != EVALUATOR else 1
-    check_batch(job.batch_size, job.micro_batches, num_replicas, f"{cluster.num_workers} worker(s)")
-    return strategies, num_replicas
-
-
-def _start_preemption(job: JobConfig, cluster: ClusterConfig) -> Preemption:
-    """Creates model_dir, where preemption requests go, and catches the signals."""
-    with refused_writes(job.run.model_dir):
-        tf.io.gfile.makedirs(job.run.model_dir)
-        console.keep_log(job.run.model_dir, cluster.role)
-        return start_preemption(
-            cluster, job.run.model_dir, job.preemption_checkpoint, job.preemption_grace_secs
-        )
-
-
-def _record_and_build(
-    job: JobConfig,
-    cluster: ClusterConfig,
-    checked: Preflight,
-    strategies: Strategies,
-    num_replicas: int,
-    run_config: tf.estimator.RunConfig,
-) -> tf.estimator.Estimator:
-    """Logs and (on the chief) records what this task runs; returns its estimator."""
     logging.info(
         "Task %s: strategy %s, communication requested %s, used %s; %d replica(s); "
         "global batch %d.",
@@ -170,12 +92,84 @@ def _record_and_build(
         job.batch_size,
     )
     with refused_writes(job.run.model_dir):
-        if cluster.is_chief:
-            files.write_json(
-                os.path.join(job.run.model_dir, files.RUN_RECORD_FILE),
-                records.make_run_record(job, cluster, strategies, num_replicas, checked),
-            )
-        return make_estimator(job, checked, run_config)
+        tf.io.gfile.makedirs(job.run.model_dir)
+        estimator = make_estimator(job, checked, run_config)
+    max_steps, count_inputs = _max_steps(job, checked)
+    train_spec, eval_spec = _specs(job, checked, estimator, max_steps)
+    run = TaskRun(cluster, job.guards, startup)
+    run.train_and_evaluate(
+        estimator,
+        train_spec,
+        eval_spec,
+        Call(
+            view=records.job_view(job, cluster),
+            record=lambda decision: records.make_run_record(
+                job, cluster, strategies, num_replicas, checked
+            ),
+            name_last_step=lambda step, how: _name_last_step(job, step, how),
+            fix=FIX_INPUT,
+            examples_per_step=_examples_per_step(job, cluster),
+            count_inputs=count_inputs,
+            explain=lambda error, step: explain_user_error(error, job.run.model_dir, step),
+            hooks=_trace(job, cluster),
+        ),
+    )
+    return run.final_metrics
+
+
+#: How to make a training input that ran out before the last step last.
+FIX_INPUT = (
+    "Make the training input repeat (dataset.repeat(), or num_epochs=None for numpy_input_fn) "
+    "and let --train_steps end training, or leave --train_steps out to train until the input ends."
+)
+
+
+def _max_steps(job: JobConfig, checked: Preflight) -> Tuple[Optional[int], bool]:
+    """`TrainSpec.max_steps` and whether the tasks count their inputs to find the end.
+
+    --train_steps when given; else where an input that ends by itself ends
+    (counted on a cluster, as plain TensorFlow trains to its end), else the
+    default for an input that repeats.
+    """
+    if job.train_steps is not None:
+        return job.train_steps, False
+    if checked.train_input_ends:
+        return None, True
+    return DEFAULT_TRAIN_STEPS, False
+
+
+def _name_last_step(job: JobConfig, step: int, how: str) -> str:
+    """The last step as the user set it, for messages."""
+    if job.train_steps is not None:
+        return f"--train_steps={job.train_steps}"
+    if how == last_step.MAX_STEPS:
+        return f"the default of --train_steps ({DEFAULT_TRAIN_STEPS})"
+    return f"global step {step}, where the shortest training input ends"
+
+
+def _examples_per_step(job: JobConfig, cluster: ClusterConfig) -> int:
+    """Examples one global step trains on: with parameter servers, one worker's share."""
+    examples = job.batch_size * job.gradient_accumulation_steps
+    if job.strategy.name == "parameter_server":
+        examples = max(1, examples // cluster.num_workers)
+    return examples
+
+
+def _trace(job: JobConfig, cluster: ClusterConfig) -> Tuple[tf.estimator.SessionRunHook, ...]:
+    """The Chrome trace hook of --trace_every_steps, or none."""
+    if not job.trace_every_steps:
+        return ()
+    traces = os.path.join(job.run.model_dir, "traces", cluster.role)
+    return (tf.compat.v1.train.ProfilerHook(job.trace_every_steps, output_dir=traces),)
+
+
+def _strategies(job: JobConfig, cluster: ClusterConfig) -> Tuple[Strategies, int]:
+    """This task's strategies and training replicas, with the batch checked against them."""
+    strategies = make_strategies(job.strategy, job.eval_strategy, cluster)
+    train = strategies.train_distribute
+    num_replicas = train.num_replicas_in_sync if train and cluster.task_type != EVALUATOR else 1
+    check_batch(job.batch_size, job.micro_batches, num_replicas, f"{cluster.num_workers} worker(s)")
+    return strategies, num_replicas
 
 
 def make_estimator(
@@ -201,113 +195,35 @@ def make_estimator(
 
 def _specs(
     job: JobConfig,
-    cluster: ClusterConfig,
     checked: Preflight,
-    exporter: records.MetricsExporter,
-    startup: Startup,
-    preemption: Preemption,
-    watchdog: _AnyWatchdog,
+    estimator: tf.estimator.Estimator,
+    max_steps: Optional[int],
 ) -> Tuple[tf.estimator.TrainSpec, tf.estimator.EvalSpec]:
-    """The TrainSpec and EvalSpec, with this task's hooks and the exporters."""
-    hooks: List[tf.estimator.SessionRunHook] = [startup.hook(), *preemption.hooks()]
-    hooks.append(
-        progress_hook(
-            job.train_steps,
-            job.batch_size,
-            job.run.log_step_count_steps,
-            job.gradient_accumulation_steps,
-            cluster.num_workers if job.strategy.name == "parameter_server" else 0,
+    """The specs a program of plain TensorFlow would give these functions.
+
+    With --stop_threshold, the early-stopping hook Model Garden's flag means:
+    the task's run makes every task follow it.
+    """
+    hooks = []
+    if job.stop_threshold is not None:
+        hooks.append(
+            tf.estimator.experimental.stop_if_higher_hook(
+                estimator,
+                "accuracy",
+                job.stop_threshold,
+                run_every_secs=None,
+                run_every_steps=job.run.save_checkpoints_steps,
+            )
         )
-    )
-    eval_hooks = [] if watchdog is None else [watchdog.eval_hook()]
-    if isinstance(watchdog, Watchdog):
-        hooks.append(watchdog.hook())
-    if job.trace_every_steps:
-        traces = os.path.join(job.run.model_dir, "traces", cluster.role)
-        hooks.append(tf.compat.v1.train.ProfilerHook(job.trace_every_steps, output_dir=traces))
     exporters = export.make_exporters(
         checked.feature_specs, checked.exports, job.export_best_by, job.exports_to_keep
     )
-    train_spec = tf.estimator.TrainSpec(checked.input_fn, max_steps=job.train_steps, hooks=hooks)
+    train_spec = tf.estimator.TrainSpec(checked.input_fn, max_steps=max_steps, hooks=hooks)
     eval_spec = tf.estimator.EvalSpec(
         checked.eval_input_fn,
         steps=checked.eval_steps,
-        exporters=[exporter, *exporters],
-        hooks=eval_hooks,
+        exporters=exporters,
         start_delay_secs=0,
         throttle_secs=job.eval_throttle_secs,
     )
     return train_spec, eval_spec
-
-
-def _stop_at_threshold(
-    job: JobConfig,
-    cluster: ClusterConfig,
-    estimator: tf.estimator.Estimator,
-    preemption: Preemption,
-    train_spec: tf.estimator.TrainSpec,
-    eval_spec: tf.estimator.EvalSpec,
-) -> Tuple[tf.estimator.TrainSpec, tf.estimator.EvalSpec]:
-    """The specs with `--stop_threshold`'s early stopping, which every task follows.
-
-    The chief reads the evaluations' accuracy after every checkpoint; the
-    evaluator ends once it evaluated the step the job stopped at.
-    """
-    hook = tf.estimator.experimental.stop_if_higher_hook(
-        estimator,
-        "accuracy",
-        job.stop_threshold,
-        run_every_secs=None,
-        run_every_steps=job.run.save_checkpoints_steps,
-    )
-    hooks = early_stopping.agreed([hook], preemption, cluster, job.preemption_checkpoint)
-    final = early_stopping.FinalEvaluationExporter(job.run.model_dir)
-    return (
-        train_spec._replace(hooks=(*train_spec.hooks, *hooks)),
-        eval_spec._replace(exporters=(*eval_spec.exporters, final)),
-    )
-
-
-def _train(
-    job: JobConfig,
-    cluster: ClusterConfig,
-    estimator: tf.estimator.Estimator,
-    train_spec: tf.estimator.TrainSpec,
-    eval_spec: tf.estimator.EvalSpec,
-    watchdog: _AnyWatchdog,
-    preemption: Preemption,
-) -> None:
-    """Runs `tf.estimator.train_and_evaluate`; a failure leaves as the error it means."""
-    model_dir = job.run.model_dir
-    started = time.monotonic()
-    try:
-        tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
-    except early_stopping.StoppedEarly as stopped:
-        logging.info("estimator_dist: the evaluator ends: it %s.", stopped)
-    except tf.errors.OpError as error:
-        step = watchdog.step if isinstance(watchdog, Watchdog) else None
-        explained = explain_training_error(error, step, time.monotonic() - started, model_dir)
-        if preemption.requested:
-            logging.warning(
-                "Training failed while stopping for a preemption: %s", error_summary(error)
-            )
-            preemption.finished(failed=True)
-        if explained is None:
-            raise
-        raise explained from (error if isinstance(explained, DataError) else None)
-    except (Error, KeyboardInterrupt, SystemExit):
-        raise
-    except Exception as error:  # The user's model_fn, input_fn or hooks raised while training.
-        step = watchdog.step if isinstance(watchdog, Watchdog) else None
-        raise explain_user_error(error, model_dir, step) from None
-    finally:
-        skipped = bad_data.summary()
-        if skipped:
-            logging.warning("%s", skipped)
-    if watchdog is not None:
-        watchdog.stop()
-    preemption.finished()
-    preemption.uninstall()
-    if early_stopping.stopped_early(preemption):
-        early_stopping.record_stop(model_dir, preemption, cluster)
-    logging.info("Training finished in %.1f s.", time.monotonic() - started)

@@ -31,19 +31,15 @@ from typing import Any, Callable, List, Optional
 
 import tensorflow as tf
 from absl import logging
-from tensorflow_estimator.python.estimator import early_stopping
 
 from estimator_dist.base.errors import UsageError
 from estimator_dist.guards import preemption
-from estimator_dist.guards.preemption import EARLY_STOP, Preemption
-
-_DECIDING = (early_stopping._StopOnPredicateHook, early_stopping._MultiWorkerEarlyStoppingHook)
-_FOLLOWING = (early_stopping._CheckForStoppingHook,)
-
-
-def is_early_stopping(hook: Any) -> bool:
-    """Whether `hook` is one of the hooks `make_early_stopping_hook` builds."""
-    return isinstance(hook, _DECIDING + _FOLLOWING)
+from estimator_dist.guards.preemption import EARLY_STOP, Preemption, StoppedEarly
+from estimator_dist.tf_runtime.hooks import (
+    decides_early_stop,
+    early_stop_predicate,
+    is_early_stopping,
+)
 
 
 def describe(should_stop: Callable[[], bool]) -> str:
@@ -147,9 +143,10 @@ def agreed(hooks: List[Any], preemption: Preemption, cluster: Any, channel: bool
     for hook in hooks:
         if not is_early_stopping(hook):
             replaced.append(hook)
-        elif cluster.is_chief and isinstance(hook, _DECIDING):
+        elif cluster.is_chief and decides_early_stop(hook):
             alone = not cluster.is_distributed
-            replaced.append(AgreedStopHook(hook._should_stop_fn, hook._timer, preemption, alone))
+            should_stop, timer = early_stop_predicate(hook)
+            replaced.append(AgreedStopHook(should_stop, timer, preemption, alone))
     return replaced
 
 
@@ -157,10 +154,6 @@ def stopped_early(preemption: Preemption) -> bool:
     """Whether early stopping (not a signal) ended this task's training."""
     reason = preemption.reason or ""
     return reason.startswith(EARLY_STOP) and not preemption.requested
-
-
-class StoppedEarly(Exception):
-    """The evaluator evaluated the step at which early stopping ended training."""
 
 
 class FinalEvaluationExporter(tf.estimator.Exporter):
@@ -212,15 +205,28 @@ def record_stop(model_dir: str, preemption: Preemption, cluster: Any) -> int:
     Returns:
       The global step training ended at.
     """
-    from estimator_dist.base import files, status
-    from estimator_dist.task import last_step
+    from estimator_dist.base import files
 
-    reason = preemption.reason
     # Training may have reached its last step before the step early stopping chose.
     ended = preemption.ended_at
     if ended is None:  # One process without the preemption hook: the chief's own checkpoint.
         ended = files.checkpoint_step(model_dir)
     step = min(ended, preemption.stop_at or ended)
+    return record_stop_at(model_dir, step, preemption.reason, cluster)
+
+
+def record_stop_at(model_dir: str, step: int, reason: str, cluster: Any) -> int:
+    """Says that training ended at `step` before its last step, for `reason`; the chief records it.
+
+    `reason` starts with `EARLY_STOP`, which the evaluator reads as "the last
+    step is this one" (`preemption.decided_stop`).
+
+    Returns:
+      `step`.
+    """
+    from estimator_dist.base import files, status
+    from estimator_dist.task import last_step
+
     logging.info("estimator_dist: training ended at global step %d: %s.", step, reason)
     status.emit(status.StopStep(step=step, how=status.EARLY_STOPPING))
     if not cluster.is_chief:

@@ -297,7 +297,6 @@ def count_for_task(
 
     None where nothing is counted: a single process (it trains until its input
     ends, as Estimator does), the evaluator, a cluster with parameter servers.
-    The chief first removes an earlier attempt's decision.
 
     Raises:
       UsageError: the count ran past its time bound and TrainSpec has no max_steps.
@@ -310,8 +309,6 @@ def count_for_task(
     if not _counts_here(cluster):
         return None
     model_dir = estimator.model_dir
-    if cluster.is_chief:
-        remove_decision(model_dir)
     start = files.checkpoint_step(model_dir)
     if max_steps is not None and start >= max_steps:
         return {
@@ -383,7 +380,12 @@ def decide_for_task(
         logging.info("estimator_dist: the evaluator's last step is %d.", last)
         return last, None
     if not _counts_here(cluster):
-        return max_steps, None
+        if not (cluster.is_distributed and cluster.is_chief):
+            return max_steps, None
+        # With parameter servers, or counts not asked for: the evaluator still waits for it.
+        decision = {"last_step": max_steps, "how": MAX_STEPS, "max_steps": max_steps}
+        write_decision(model_dir, {**decision, "counts": {}, "attempt": attempt})
+        return max_steps, decision
     counted = {role: count for role, count in counts.items() if count is not None}
     start = counted.get(f"{CHIEF}-0", {}).get("start", 0)
     decision = {**decide(counted, start, max_steps), "attempt": attempt}
@@ -407,7 +409,7 @@ def stop_how(how: Optional[str]) -> str:
 def finish_alone(
     estimator: Any, exporter: Any, result: Any, model_dir: str, max_steps: Optional[int]
 ) -> None:
-    """A single process's end: its final evaluation, printed, and where training ended.
+    """A single process's end: its final evaluation, and where training ended.
 
     One process that trained until its input ran out (no max_steps, or an
     input shorter than it) evaluated its last checkpoint, but Estimator could
@@ -423,4 +425,3 @@ def finish_alone(
     step = int(exporter.final_metrics.get("global_step", files.checkpoint_step(model_dir)))
     how = MAX_STEPS if max_steps is not None and step >= max_steps else INPUT_ENDED
     write_decision(model_dir, {"last_step": step, "how": how, "max_steps": max_steps, "counts": {}})
-    print(f"Final evaluation: {files.format_metrics(exporter.final_metrics)}", flush=True)

@@ -20,12 +20,13 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Tuple
 
 import tensorflow as tf
 from absl import logging
-from tensorflow.python.util import function_utils
 
 from estimator_dist.base import pitfalls
 from estimator_dist.base.errors import Error, UsageError, UserCodeError
 from estimator_dist.config.job import JobConfig
 from estimator_dist.task import user_code
+from estimator_dist.tf_runtime import estimators
+from estimator_dist.tf_runtime.transparent import fn_args
 from input_fns import INPUT_FNS, prepare_input
 from model_fns import ESTIMATORS, KERAS_MODELS, MODEL_FNS
 from model_fns.optimizers import COLLECTION as ACCUMULATING_OPTIMIZERS
@@ -103,7 +104,7 @@ def probe_input(input_fn: Callable, mode: str, what: str) -> InputProbe:
         tf.compat.v1.train.create_global_step()
         result = user_code.call_input_fn(input_fn, mode)
         features, labels = user_code.element_spec(result)
-        repeats = user_code.repeats_forever(input_fn, result) if mode == EVAL else None
+        repeats = user_code.repeats_forever(input_fn, result)
     return InputProbe(features, labels, repeats, not isinstance(result, tf.data.Dataset))
 
 
@@ -129,7 +130,7 @@ def dry_run_model_fn(estimator: tf.estimator.Estimator, probe: InputProbe, what:
         tf.compat.v1.train.create_global_step()
         features = _placeholders(probe.features)
         labels = None if probe.labels is None else _placeholders(probe.labels)
-        estimator._call_model_fn(features, labels, TRAIN, estimator.config)
+        estimators.call_model_fn(estimator, features, labels, TRAIN)
     return graph
 
 
@@ -142,7 +143,7 @@ def predict_error(estimator: tf.estimator.Estimator, probe: InputProbe) -> Optio
     with tf.Graph().as_default():
         tf.compat.v1.train.create_global_step()
         try:
-            estimator._call_model_fn(_placeholders(probe.features), None, PREDICT, estimator.config)
+            estimators.call_model_fn(estimator, _placeholders(probe.features), None, PREDICT)
         except Exception as error:  # Any failure means: this model cannot be exported.
             return f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
     return None
@@ -180,7 +181,7 @@ def build_keras_model(job: JobConfig, specs: Mapping[str, Any]) -> tf.keras.Mode
     """
     build = KERAS_MODELS.get(job.keras_model)
     with calling(f"--keras_model={job.keras_model}"):
-        if function_utils.fn_args(build):
+        if fn_args(build):
             shapes = {name: spec.shape.as_list()[1:] for name, spec in named_specs(specs).items()}
             model = build({**job.model_params, "feature_shapes": shapes})
         else:
@@ -207,7 +208,7 @@ def build_estimator(
       UsageError: if the builder takes no `config`, or returns no Estimator.
     """
     build = ESTIMATORS.get(job.estimator)
-    accepted = function_utils.fn_args(build)
+    accepted = fn_args(build)
     if "config" not in accepted:
         raise UsageError(
             f"--estimator={job.estimator} is {user_code.describe(build)}: it must take "
@@ -229,7 +230,7 @@ def build_estimator(
             "tf.estimator.Estimator (or tf.compat.v1.estimator.*) built with the RunConfig it "
             "is given, such as tf.estimator.DNNClassifier(..., config=config)."
         )
-    if job.warm_start_from and estimator._warm_start_settings is None:
+    if job.warm_start_from and estimators.warm_start_settings(estimator) is None:
         raise UsageError(
             f"--warm_start_from={job.warm_start_from} did not reach the estimator that "
             f"--estimator={job.estimator} built, which would start from fresh weights. Pass "
@@ -266,6 +267,8 @@ class Preflight:
       model_fn: The model_fn, or None when the job uses a Keras model or an
         estimator builder.
       pitfalls: Multi-worker pitfalls found (warnings only: fatal ones raise).
+      train_input_ends: Whether the training input is known to end by itself
+        (a Dataset of finite size, `numpy_input_fn` with `num_epochs`).
     """
 
     input_fn: Callable
@@ -275,6 +278,7 @@ class Preflight:
     exports: Tuple[str, ...]
     model_fn: Optional[Callable]
     pitfalls: Tuple[pitfalls.Pitfall, ...] = ()
+    train_input_ends: bool = False
 
 
 def _bind(name: str, flag: str, params: Mapping[str, Any]) -> Callable:
@@ -299,7 +303,7 @@ def _exports(
 def _eval_pitfalls(job: JobConfig, input_fn: Callable, probe: InputProbe) -> list:
     """Warnings about the evaluation input: the training data, or a size nothing bounds."""
     found = []
-    accepted = function_utils.fn_args(input_fn.user_fn)
+    accepted = fn_args(input_fn.user_fn)
     params_differ = bool(job.eval_params) and "params" in accepted
     if not job.eval_input_fn and "mode" not in accepted and not params_differ:
         message = EVAL_ON_TRAINING_INPUT.format(name=job.input_fn)
@@ -386,4 +390,5 @@ def preflight(job: JobConfig, num_workers: int = 1) -> Preflight:
         exports,
         model_fn,
         tuple(found),
+        train_probe.repeats_forever is False,
     )

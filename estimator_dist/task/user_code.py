@@ -6,9 +6,10 @@ callable object or a `functools.partial`; input functions with or without
 `mode`, `params`, `config` and `input_context`, returning a `tf.data.Dataset`
 or a `(features, labels)` tuple of tensors (`numpy_input_fn`,
 `pandas_input_fn`, hand-written TF1 code). Estimator reads the argument names
-with `function_utils.fn_args` and passes each argument only when it is
-declared; this module does the same, everywhere the package calls user code
-(the tasks, the dry run, the launcher's pre-flight, `check`, export), and
+with `function_utils.fn_args` (`tf_runtime.transparent.fn_args`) and passes
+each argument only when it is declared; this module does the same, everywhere
+the package calls user code (the tasks, the dry run, the launcher's pre-flight,
+`check`, export), and
 refuses, before any task starts, what Estimator could not call, naming the
 fix in the user's own names.
 
@@ -28,10 +29,10 @@ import warnings
 from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 import tensorflow as tf
-from tensorflow.python.util import function_utils
 
 from estimator_dist.base.errors import UsageError
 from estimator_dist.tf_runtime import transparent
+from estimator_dist.tf_runtime.transparent import fn_args
 
 #: Arguments Estimator passes to an input_fn that declares them.
 INPUT_FN_ARGS = ("mode", "params", "config", "input_context")
@@ -112,7 +113,7 @@ def check_model_fn_args(fn: Callable, name: str) -> None:
     Raises:
       UsageError: when `features` is missing or other arguments are required.
     """
-    args = function_utils.fn_args(fn)
+    args = fn_args(fn)
     unexpected = [arg for arg in args if arg not in (*MODEL_FN_ARGS, "self")]
     if "features" not in args:
         problem = "has no `features` argument"
@@ -130,12 +131,12 @@ def check_model_fn_args(fn: Callable, name: str) -> None:
 
 def takes_params(fn: Callable) -> bool:
     """Whether Estimator would pass `params` to `fn`, as `function_utils.fn_args` reads it."""
-    return "params" in function_utils.fn_args(fn)
+    return "params" in fn_args(fn)
 
 
 def takes_input_context(input_fn: Callable) -> bool:
     """Whether the user's input_fn declares `input_context`, and so can shard itself."""
-    return "input_context" in function_utils.fn_args(getattr(input_fn, "user_fn", input_fn))
+    return "input_context" in fn_args(getattr(input_fn, "user_fn", input_fn))
 
 
 def present_input_fn(input_fn: Callable, params: Optional[Mapping[str, Any]] = None) -> Callable:
@@ -170,13 +171,15 @@ def present_input_fn(input_fn: Callable, params: Optional[Mapping[str, Any]] = N
 
     >>> def input_fn(params, mode):
     ...     return tf.data.Dataset.range(params["batch_size"])
-    >>> function_utils.fn_args(present_input_fn(input_fn))
+    >>> fn_args(present_input_fn(input_fn))
     ('params', 'mode')
-    >>> function_utils.fn_args(present_input_fn(input_fn, {"batch_size": 4}))
+    >>> fn_args(present_input_fn(input_fn, {"batch_size": 4}))
     ('mode',)
     """
+    if params is None and hasattr(input_fn, "user_fn"):
+        return input_fn  # Presented already.
     target = input_fn
-    if params is not None and "params" in function_utils.fn_args(input_fn):
+    if params is not None and "params" in fn_args(input_fn):
         target = functools.partial(input_fn, params=params)
 
     def presented(*args: Any, **kwargs: Any) -> Any:
@@ -217,7 +220,7 @@ def call_input_fn(
     Returns:
       What `input_fn` returns.
     """
-    accepted = function_utils.fn_args(input_fn)
+    accepted = fn_args(input_fn)
     given = {
         "mode": mode,
         "params": {} if params is None else params,

@@ -112,6 +112,18 @@ internals these are.
    before. Every later save is of a new step, which no task restores. Shown by
    `tests/estimator_dist/guards/checkpoints_test.py`.
 
+11. **A hook's request to stop, seen before it stops training**
+   (`SessionRunContext.request_stop`). A program's hook may end training
+   (`StopAtStepHook`, a custom hook calling `run_context.request_stop()`).
+   In one process that is the end; on a cluster a task that stops alone
+   leaves the others waiting in their collectives, and the package must know
+   the stop was asked for, not an input that ran out. While a handler is set
+   (`route_stop_requests`), each request calls it with the hook that asked
+   (the object whose method called `request_stop`) and the run context; the
+   session stops only when the handler says so. Shown by
+   `tests/estimator_dist/tf_runtime/patches_test.py` and the differential
+   programs `stop_hook_finite.py` and `hooks_tf1.py`.
+
 Example:
   >>> install()
   >>> installed()
@@ -122,6 +134,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -131,7 +144,7 @@ from tensorflow.python.autograph.impl.api import autograph_artifact
 from tensorflow.python.data.ops import multi_device_iterator_ops
 from tensorflow.python.distribute import collective_all_reduce_strategy, cross_device_utils
 from tensorflow.python.distribute import values as value_lib
-from tensorflow.python.training import monitored_session
+from tensorflow.python.training import monitored_session, session_run_hook
 from tensorflow_estimator.python.estimator import estimator as estimator_lib
 from tensorflow_estimator.python.estimator import training as training_lib
 
@@ -167,6 +180,7 @@ def install() -> None:
     _replace(_SAVER_HOOK, "__init__", _saver_hook_init)
     _replace(_SAVER_HOOK, "after_create_session", _saver_hook_after_create_session)
     _replace(training_lib, "time", _TrainingTime())
+    _replace(session_run_hook.SessionRunContext, "request_stop", _request_stop)
     # Unchanged until `stop_session_recovery()`; recorded so that uninstall restores it.
     _replace(monitored_session, "_PREEMPTION_ERRORS", monitored_session._PREEMPTION_ERRORS)
 
@@ -411,3 +425,26 @@ class _TrainingTime:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(time, name)
+
+
+# --- 11: a hook's request to stop --------------------------------------------------
+
+#: Decides a request to stop: `handler(hook, run_context)` returns whether to stop now.
+StopHandler = Callable[[Any, Any], bool]
+_STOP_HANDLERS: List[StopHandler] = []
+
+
+def route_stop_requests(handler: Optional[StopHandler]) -> None:
+    """Sends every hook's `run_context.request_stop()` to `handler` (patch 11); None: stop."""
+    _STOP_HANDLERS[:] = [handler] if handler is not None else []
+
+
+def _request_stop(context: Any) -> None:
+    original = _original(session_run_hook.SessionRunContext, "request_stop")
+    if not _STOP_HANDLERS:
+        return original(context)
+    # The object whose method asked: a hook's `after_run(self, run_context, ...)`.
+    hook = sys._getframe(1).f_locals.get("self")
+    if _STOP_HANDLERS[-1](hook, context):
+        original(context)
+    return None

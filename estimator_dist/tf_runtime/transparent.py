@@ -16,8 +16,9 @@ decorators use: `tf_inspect` then reads the target's arguments, and Python's
 `inspect.signature` follows `__wrapped__` to it. Name, qualified name,
 module, docstring and attributes are the target's. A callable object is
 presented as its bound `__call__`, which is how `fn_args` reads one; a
-`functools.partial` by the arguments Python's `inspect.signature` leaves it
-(`tf_inspect` would count the `self` of a callable object inside it).
+`functools.partial` by the arguments `fn_args` reads from it (`tf_inspect`
+alone would count the `self` of a callable object inside it, and Python's
+`inspect` makes keyword-only every argument after one bound by keyword).
 Checked on TensorFlow 2.15: `tests/estimator_dist/tf_runtime/transparent_test.py`
 compares `fn_args` and `inspect.signature` of the wrapper and of the target
 for functions, bound methods, static and class methods, callable objects,
@@ -35,9 +36,18 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Callable
+from typing import Callable, Tuple
 
 from tensorflow.python.util import function_utils, tf_decorator
+
+
+def fn_args(fn: Callable) -> Tuple[str, ...]:
+    """The argument names TensorFlow reads from `fn` to decide what to pass it.
+
+    >>> fn_args(lambda mode, params=None: None)
+    ('mode', 'params')
+    """
+    return function_utils.fn_args(fn)
 
 
 def wrap_like(target: Callable, wrapper: Callable) -> Callable:
@@ -52,7 +62,7 @@ def wrap_like(target: Callable, wrapper: Callable) -> Callable:
       its `__call__`, for a callable object).
     """
     if isinstance(target, functools.partial):
-        spec = _full_arg_spec(inspect.signature(target))
+        spec = _full_arg_spec(target)
         return tf_decorator.make_decorator(target, wrapper, "estimator_dist", "", spec)
     shown = target
     if function_utils._is_callable_object(target):
@@ -60,22 +70,18 @@ def wrap_like(target: Callable, wrapper: Callable) -> Callable:
     return tf_decorator.make_decorator(shown, wrapper, decorator_name="estimator_dist")
 
 
-def _full_arg_spec(signature: inspect.Signature) -> inspect.FullArgSpec:
-    """`signature` as the `FullArgSpec` that `tf_inspect.getfullargspec` returns."""
-    kinds = inspect.Parameter
-    parameters = list(signature.parameters.values())
-    positional = [
-        p for p in parameters if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
-    ]
-    defaults = tuple(p.default for p in positional if p.default is not p.empty)
-    keyword_only = [p for p in parameters if p.kind == kinds.KEYWORD_ONLY]
+def _full_arg_spec(partial: functools.partial) -> inspect.FullArgSpec:
+    """The `FullArgSpec` whose arguments are those `fn_args` reads from `partial`.
+
+    Python's `inspect.signature` makes every argument after one bound by
+    keyword keyword-only, where `fn_args` still counts it.
+    """
     return inspect.FullArgSpec(
-        args=[p.name for p in positional],
-        varargs=next((p.name for p in parameters if p.kind == kinds.VAR_POSITIONAL), None),
-        varkw=next((p.name for p in parameters if p.kind == kinds.VAR_KEYWORD), None),
-        defaults=defaults or None,
-        kwonlyargs=[p.name for p in keyword_only],
-        kwonlydefaults={p.name: p.default for p in keyword_only if p.default is not p.empty}
-        or None,
+        args=list(function_utils.fn_args(partial)),
+        varargs=None,
+        varkw=None,
+        defaults=None,
+        kwonlyargs=[],
+        kwonlydefaults=None,
         annotations={},
     )

@@ -78,7 +78,15 @@ def test_values_given_by_flag_name_replace_the_flags_own():
 def test_to_args_round_trips_through_the_flags():
     config = Outer("x", steps=3, exports=("a",), tags=("t1", "t2"), fast=False)
     args = settings.to_args(config)
-    assert args == ["--name=x", "--steps=3", "--export=a", "--tag=t1", "--tag=t2", "--fast=false"]
+    assert args == [
+        "--name=x",
+        "--steps=3",
+        "--mode=fast",
+        "--export=a",
+        "--tag=t1",
+        "--tag=t2",
+        "--fast=false",
+    ]
     assert settings.from_flags(Outer, parsed(*args)) == config
 
 

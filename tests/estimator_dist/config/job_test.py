@@ -8,6 +8,7 @@ from absl import flags
 from estimator_dist.base import settings
 from estimator_dist.base.errors import UsageError
 from estimator_dist.config import train_flags
+from estimator_dist.config.guards import GuardConfig
 from estimator_dist.config.job import JobConfig
 from run_config.options import RunConfigOptions, StrategyConfig
 
@@ -65,15 +66,17 @@ def test_every_setting_of_the_job_is_a_training_flag_with_its_default():
 @pytest.mark.parametrize(
     "fields, message",
     [
-        ({"train_steps": 0}, "train_steps must be at least 1, received 0."),
+        ({"train_steps": 0}, "train_steps must be at least 1 or None, received 0."),
         ({"eval_steps": 0}, "eval_steps must be at least 1 or None, received 0."),
-        ({"stall_timeout": 0.5}, "stall_timeout must be at least 1, received 0.5."),
+        ({"guards": {"stall_timeout": 0.5}}, "stall_timeout must be at least 1, received 0.5."),
         ({"eval_throttle_secs": -1}, "eval_throttle_secs must be at least 0, received -1."),
         ({"learning_rate": 0.0}, "learning_rate must be positive, received 0.0."),
     ],
 )
 def test_a_setting_below_its_flags_bound_is_refused_in_code_too(fields, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(")):
+        if "guards" in fields:  # A nested config refuses its own settings.
+            fields = {"guards": GuardConfig(**fields["guards"])}
         job(**fields)
 
 

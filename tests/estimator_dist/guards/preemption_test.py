@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from estimator_dist.base import exit_codes
 from estimator_dist.guards.preemption import DECISION_FILE, PREEMPTION_DIR, Preemption
-from estimator_dist.guards.watchdog import Watchdog
+from estimator_dist.guards.watchdog import LastStep, Watchdog
 from tests.hooks import CountingHook
 from tests.task_models import linear_model_fn, ones_input_fn
 
@@ -193,7 +193,8 @@ def test_a_ps_task_leaves_once_the_chief_has_saved(tmp_path):
 def test_a_preemption_stop_is_not_an_exhausted_input():
     exits = Exits()
     stopping = threading.Event()
-    dog = Watchdog("worker-0", {}, 10, 10, 300, exit_fn=exits, preempted=stopping.is_set)
+    last = LastStep(300, "--train_steps=300", "")
+    dog = Watchdog("worker-0", {}, 10, 10, last, exit_fn=exits, stopped_on_purpose=stopping.is_set)
     stopping.set()
     dog.training_ended(120)
     assert exits.calls == []

@@ -20,7 +20,7 @@ from tensorflow.python.training import monitored_session
 from estimator_dist.base import exit_codes, status
 from estimator_dist.guards import watchdog
 from estimator_dist.guards.evaluator_watchdog import EvaluatorWatchdog
-from estimator_dist.guards.watchdog import Watchdog, unreachable
+from estimator_dist.guards.watchdog import LastStep, Watchdog, unreachable
 from estimator_dist.tf_runtime import patches
 from tests.hooks import CountingHook
 from tests.task_models import linear_model_fn
@@ -80,9 +80,15 @@ class Exits:
         return [code for _, code, _ in self.calls]
 
 
+def last(step):
+    """The last step as a job of named functions names it."""
+    return LastStep(step, f"--train_steps={step}", "Make the input repeat (dataset.repeat()).")
+
+
 def make_watchdog(peers=None, startup=STARTUP, stall=STALL, last_step=None):
     clock, exits = Clock(), Exits()
-    dog = Watchdog("worker-1", peers or {}, startup, stall, last_step, exit_fn=exits, clock=clock)
+    step = None if last_step is None else last(last_step)
+    dog = Watchdog("worker-1", peers or {}, startup, stall, step, exit_fn=exits, clock=clock)
     return dog, clock, exits
 
 
@@ -301,7 +307,7 @@ def test_training_ending_before_the_last_step_is_input_exhausted_and_not_retried
 
 def test_a_single_process_whose_input_ends_early_only_warns(caplog):
     exits = Exits()
-    dog = Watchdog("local", {}, STARTUP, STALL, 300, exit_fn=exits, clock=Clock(), alone=True)
+    dog = Watchdog("local", {}, STARTUP, STALL, last(300), exit_fn=exits, clock=Clock(), alone=True)
     dog.training_ended(20)
     assert exits.calls == []
     assert "Training ended at global step 20, before --train_steps=300" in caplog.text
@@ -309,7 +315,7 @@ def test_a_single_process_whose_input_ends_early_only_warns(caplog):
 
 def test_evaluation_batches_keep_a_single_process_from_stalling():
     clock, exits = Clock(), Exits()
-    dog = Watchdog("local", {}, STARTUP, STALL, 300, exit_fn=exits, clock=clock, alone=True)
+    dog = Watchdog("local", {}, STARTUP, STALL, last(300), exit_fn=exits, clock=clock, alone=True)
     dog.progress(5)
     hook = dog.eval_hook()
     for _ in range(3):
@@ -325,7 +331,7 @@ def test_evaluation_batches_keep_a_single_process_from_stalling():
 
 def _alone():
     clock, exits = Clock(), Exits()
-    dog = Watchdog("local", {}, STARTUP, STALL, 300, exit_fn=exits, clock=clock, alone=True)
+    dog = Watchdog("local", {}, STARTUP, STALL, last(300), exit_fn=exits, clock=clock, alone=True)
     return dog, clock, exits
 
 
@@ -407,7 +413,7 @@ def test_hook_reports_an_input_that_runs_out_before_the_last_step(tmp_path, max_
     # A real Estimator: MonitoredSession must call the hook's end() when the
     # input runs out, while the session is still open.
     exits = Exits()
-    dog = Watchdog("worker-1", {}, STARTUP, STALL, last_step=max_steps, exit_fn=exits)
+    dog = Watchdog("worker-1", {}, STARTUP, STALL, last_step=last(max_steps), exit_fn=exits)
     estimator = tf.estimator.Estimator(linear_model_fn, model_dir=str(tmp_path))
     estimator.train(_finite_input, hooks=[dog.hook()], max_steps=max_steps)
     assert [
@@ -676,7 +682,7 @@ def test_the_hook_fetches_the_global_step_once_in_100_steps_not_every_step(tmp_p
     # A real Estimator: one fetch (the first step) in 100 steps, and one more
     # for each check of the watchdog's thread (here by hand every 40 steps).
     exits = Exits()
-    dog = Watchdog("worker-1", {}, STARTUP, STALL, last_step=100, exit_fn=exits)
+    dog = Watchdog("worker-1", {}, STARTUP, STALL, last_step=last(100), exit_fn=exits)
     counting = CountingHook(dog.hook(), every=40, action=dog.check)
     estimator = tf.estimator.Estimator(linear_model_fn, model_dir=str(tmp_path))
     estimator.train(_repeated_input, hooks=[counting], max_steps=100)

@@ -13,6 +13,7 @@ from absl import flags
 
 from estimator_dist.base import exit_codes
 from estimator_dist.base.errors import UsageError
+from estimator_dist.config.guards import GuardConfig
 from estimator_dist.programs import config as script_config
 from estimator_dist.programs.config import ScriptConfig, config_from_flags
 from tests.procs import REPO, run_module
@@ -74,7 +75,9 @@ def test_to_args_round_trips_through_the_flags(tmp_path):
     rest = flag_values(["estimator_dist.script", *args])
     assert config_from_flags(flag_values, None, rest[1:]) == config
     # A copy keeps the module's file, which it found the first time.
-    assert ScriptConfig(**{**vars(config), "stall_timeout": 9.0}).path == config.path
+    assert ScriptConfig(**{**vars(config), "guards": GuardConfig(stall_timeout=9.0)}).path == (
+        config.path
+    )
 
 
 @pytest.mark.multiprocess

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from estimator_dist.base.cluster import ClusterConfig, parse_tf_config
 from estimator_dist.base.errors import UsageError
+from estimator_dist.config.guards import GuardConfig
 from estimator_dist.guards.preemption import EARLY_STOP, Preemption
 from estimator_dist.programs import loop as script_loop
 from estimator_dist.programs import results as script_results
@@ -277,11 +278,10 @@ def test_an_error_of_eager_only_code_says_programs_run_in_graph_mode():
     assert explained.exit_code == 5
 
 
-class _Task:
-    """What LoopTask asks of its ScriptTask, for calls that end before any training."""
+class _Program:
+    """What LoopTask asks of its program's task, for calls that end before any training."""
 
     attempt = "attempt-1"
-    calls = 0
 
     def __init__(self, model_dir):
         self._model_dir = model_dir
@@ -289,8 +289,8 @@ class _Task:
     def model_dir_of(self, estimator):
         return self._model_dir
 
-    def join(self, estimator, model_dir, view):
-        return {}
+    def join(self, model_dir):
+        pass
 
     def where_in_program(self):
         return "train.py:7: "
@@ -298,7 +298,8 @@ class _Task:
 
 def _worker_loop(tmp_path, cluster):
     tf_config = {"cluster": cluster, "task": {"type": "worker", "index": 0}}
-    return script_loop.LoopTask(_Task(str(tmp_path)), parse_tf_config(json.dumps(tf_config)), 60)
+    cluster = parse_tf_config(json.dumps(tf_config))
+    return script_loop.LoopTask(_Program(str(tmp_path)), cluster, GuardConfig(stall_timeout=60))
 
 
 def test_train_refuses_what_estimator_refuses_and_an_unbounded_segment_with_ps(tmp_path):
