@@ -100,7 +100,9 @@ def run_script(config: ScriptConfig, cluster: ClusterConfig) -> Tuple[int, Optio
 
     startup = Startup(cluster.role)
     startup.mark("imports")
-    enter_task(cluster)
+    # A program runs as plain TensorFlow runs it, eagerly unless it says otherwise; its
+    # strategies are set up for Estimator's graphs (`tf_runtime.patches`, patch 5).
+    enter_task(cluster, graph_mode=False)
     patches.install()
     task = ScriptTask(config, cluster, startup)
     # What `python train.py` or `python -m trainer.task` gives the program.
@@ -134,7 +136,7 @@ def run_script(config: ScriptConfig, cluster: ClusterConfig) -> Tuple[int, Optio
                 script=shown(config.path), role=cluster.role, program=PROGRAM
             )
         )
-    return status, task.left_evaluation
+    return status, task.exit_reason
 
 
 def _check_not_shadowed(module: str, package_path: Optional[str]) -> None:

@@ -51,7 +51,10 @@ def project_imports(path):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            # `from package import module` imports the module; any other name, the package.
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+            if not all(name in MODULES for name in names):
+                names.append(node.module)
         else:
             continue
         for name in names:
@@ -104,6 +107,44 @@ def test_every_module_lives_in_a_room():
     }
 
 
+#: Modules of TensorFlow that are not its public API: reached only from `tf_runtime`.
+PRIVATE_TENSORFLOW = ("tensorflow.python", "tensorflow.core", "tensorflow_estimator.python")
+#: The room that touches TensorFlow's internals.
+TF_RUNTIME = "estimator_dist.tf_runtime"
+
+
+def private_tensorflow_imports(path):
+    """The private TensorFlow modules `path` imports, at any depth of its code."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        found |= {name for name in names if name.startswith(PRIVATE_TENSORFLOW)}
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if not m.startswith(TF_RUNTIME)))
+def test_tensorflows_internals_are_reached_only_from_their_room(module):
+    private = sorted(private_tensorflow_imports(MODULES[module]))
+    assert not private, f"{module} imports {private}: move that use into {TF_RUNTIME}"
+
+
+def mutual_pairs(imports):
+    """The pairs of modules that import each other, given each module's imports."""
+    return sorted(
+        (a, b) for a, found in imports.items() for b in found if a < b and a in imports.get(b, ())
+    )
+
+
+def test_no_two_modules_import_each_other():
+    pairs = mutual_pairs({module: project_imports(path) for module, path in MODULES.items()})
+    assert not pairs, f"modules importing each other: {pairs}"
+
+
 def test_the_checks_can_fail():
     # The controls: the driver imported by a library, the launcher by the task, one
     # library by another, and an entry point by a folder are each caught.
@@ -113,6 +154,9 @@ def test_the_checks_can_fail():
     assert not may_import("estimator_dist.launcher.restarts", "estimator_dist.launch")
     assert may_import("estimator_dist.launch", "estimator_dist.launcher.ray.engine")
     assert may_import("estimator_dist.task.driver", "run_config.strategies")
+    assert mutual_pairs({"a": {"b"}, "b": {"a", "c"}, "c": set()}) == [("a", "b")]
+    source = pathlib.Path(__file__).with_name("structure_check_example.txt")
+    assert private_tensorflow_imports(source) == {"tensorflow.python.util"}
 
 
 def test_the_readme_stays_a_front_page():

@@ -138,11 +138,16 @@ class Progress:
 
 @dataclasses.dataclass(frozen=True)
 class StopStep:
-    """The step training ends at, and how it was decided (one of `STOP_HOWS`)."""
+    """The step training ends at, and how it was decided (one of `STOP_HOWS`).
+
+    `model_dir` is where that training's checkpoints go, for a program whose
+    estimator trains below the job's model_dir (or None: the job's).
+    """
 
     kind: ClassVar[str] = "stop_step"
     step: int
     how: str
+    model_dir: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,6 +163,9 @@ class Evaluated:
 #: `Exiting.reason` of an evaluator that has no part in its program's job (a program that
 #: trains with `train()` and evaluates, if at all, with `evaluate()` on the chief).
 NO_EVALUATION = "no_evaluation"
+#: `Exiting.reason` of a training task whose program trained nothing (it only evaluated,
+#: exported or predicted from a checkpoint it found).
+NO_TRAINING = "no_training"
 
 
 @dataclasses.dataclass(frozen=True)

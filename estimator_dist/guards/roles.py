@@ -30,18 +30,21 @@ from estimator_dist.guards.watchdog import LastStep, Watchdog
 from model_fns import learning_rates
 
 
-def enter_task(cluster: ClusterConfig) -> None:
+def enter_task(cluster: ClusterConfig, graph_mode: bool = True) -> None:
     """Sets this process up as the task `cluster` describes, before any user code runs.
 
-    Graph mode, as Estimator's distributed training needs (the evaluator
-    crashes in eager mode), and TF_CONFIG set to the normalised cluster, which
+    Graph mode where asked, as Estimator's distributed training needs (on a
+    task of a cluster TensorFlow deep-copies the estimator and its strategy,
+    which a MultiWorkerMirroredStrategy refuses in eager mode, and the
+    evaluator crashes), and TF_CONFIG set to the normalised cluster, which
     TensorFlow reads from the environment (removed for a single process).
     Under a launcher, the task takes its status channel (`status.connect`),
     so that no child process of the user's code inherits its name, and says
     it started.
     """
     status.connect()
-    tf.compat.v1.disable_eager_execution()
+    if graph_mode:
+        tf.compat.v1.disable_eager_execution()
     if cluster.is_distributed:
         os.environ["TF_CONFIG"] = cluster.to_json()
     else:

@@ -25,7 +25,7 @@ import shutil
 import time
 from typing import Callable, Dict, List, Optional
 
-from estimator_dist.base import exit_codes, status
+from estimator_dist.base import exit_codes
 from estimator_dist.base.cluster import LocalCluster
 from estimator_dist.base.errors import Error
 from estimator_dist.launcher.exits import RestartPolicy
@@ -160,7 +160,6 @@ def _run_attempts(
     channel (the steps lost past that checkpoint are a lower bound, as tasks
     report their step every `--log_step_count_steps`).
     """
-    from estimator_dist.base import files
 
     policy = RestartPolicy(settings.max_restarts)  # It ends the loop: no restarts left.
     attempt = 0
@@ -183,7 +182,7 @@ def _run_attempts(
         if failure is None:
             return None
         launcher.say(f"attempt {attempt} failed: {failure.cause}; stopped every task")
-        step = files.checkpoint_step(model_dir)
+        step = launcher.checkpoint_step()
         reason = policy.give_up(failure, step)
         attempts.append(
             FailedAttempt(attempt, failure.cause, step, launcher.last_step_seen, reason)
@@ -228,7 +227,7 @@ def _finish(
     metrics = files.read_final_metrics(model_dir)
     if metrics is not None:
         launcher.say(f"final evaluation: {files.format_metrics(metrics)}")
-    elif any(task.reason == status.NO_EVALUATION for task in launcher.tasks):
+    elif launcher.nothing_evaluated:
         launcher.say("the program evaluated nothing: the evaluator had no part in it")
     elif settings.evaluator:
         launcher.say(f"the evaluator wrote no final metrics to {model_dir}")

@@ -39,7 +39,7 @@ import threading
 import time
 from typing import IO, Callable, Dict, List, Optional, Sequence
 
-from estimator_dist.base import console, exit_codes, status
+from estimator_dist.base import console, exit_codes, files, status
 from estimator_dist.base.cluster import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig
 from estimator_dist.launcher.engine import Engine
 from estimator_dist.launcher.exits import LOST_PEER, Failure, describe_exit, exit_code_of
@@ -325,11 +325,19 @@ class Launcher:
             self._say_stragglers()
         elif isinstance(event, status.StopStep) and event.how != status.PREEMPTION:
             self.reported_steps = event.step
+            if event.model_dir:  # A program's estimator may train below the job's model_dir.
+                reported = event.model_dir
+                self.checkpoint_step = lambda: files.checkpoint_step(reported)
         elif isinstance(event, status.Exiting):
             task.exiting = True
             task.reason = event.reason
             if event.cause:
                 task.detail = event.cause.strip()
+
+    @property
+    def nothing_evaluated(self) -> bool:
+        """Whether the evaluator said the program evaluates nothing (`status.NO_EVALUATION`)."""
+        return any(task.reason == status.NO_EVALUATION for task in self.tasks)
 
     def _say_stragglers(self) -> None:
         """Says, once each, which workers lag the chief (`lags`)."""
@@ -493,6 +501,8 @@ class Launcher:
         # A step the tasks reported (a script's max_steps, or where early stopping ended
         # training) comes before the job's own.
         last = self.reported_steps if self.reported_steps is not None else train_steps
+        if last is None and task.reason == status.NO_TRAINING:
+            return None  # Its program only evaluated, exported or predicted.
         if last is None:
             return Failure(
                 f"{task.name} exited with code 0 without saying which step training ends at "

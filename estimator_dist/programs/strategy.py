@@ -1,10 +1,12 @@
 """The strategies a legacy script's estimator trains with on its task.
 
-A script whose RunConfig sets no `train_distribute` gets the one its task
-needs (MultiWorkerMirroredStrategy with --communication on the chief and
-workers, a local MirroredStrategy on the evaluator); a strategy the script
-built itself is kept, and a MultiWorkerMirroredStrategy then all-reduces
-sparse gradients as dense tensors (`estimator_dist.tf_runtime.patches`).
+On a task of a cluster, a script whose RunConfig sets no `train_distribute`
+gets the one its task needs (MultiWorkerMirroredStrategy with --communication
+on the chief and workers, a local MirroredStrategy on the evaluator); a
+strategy the script built itself is kept, and a MultiWorkerMirroredStrategy
+then all-reduces sparse gradients as dense tensors
+(`estimator_dist.tf_runtime.patches`). In one process the script trains with
+the strategy it set, or none, as in plain TensorFlow.
 A strategy the program set (through `train_distribute`, `eval_distribute` or
 `experimental_distribute`) is never replaced, on any task: on the evaluator,
 outside the cluster, a MultiWorkerMirroredStrategy the program built is a
@@ -116,6 +118,9 @@ def _distribute(
     run_config = estimators.run_config(estimator)
     own = run_config.train_distribute
     evaluation = run_config.eval_distribute
+    if not cluster.is_distributed:  # One process trains as plain TensorFlow does.
+        name = type(own).__name__ if own is not None else "none"
+        return Distribution(own, evaluation, name, False, None, communication_of(own))
     local = own is not None and not (
         strategies_lib.is_collective(own) or type(own).__name__.startswith("ParameterServer")
     )

@@ -82,8 +82,8 @@ class ScriptTask:
         self.failure: Optional[BaseException] = None
         #: Whether this task took its part in the job: trained, or left it on purpose.
         self.took_part = False
-        #: `status.NO_EVALUATION` once the evaluator left a program it has no part in.
-        self.left_evaluation: Optional[str] = None
+        # `status.NO_EVALUATION` once the evaluator left a program it has no part in.
+        self._left: Optional[str] = None
         self.run = TaskRun(cluster, config.guards, startup)
         self.loop = LoopTask(self, cluster, config.guards)
 
@@ -241,11 +241,9 @@ class ScriptTask:
         call = Call(
             view=self._view(
                 model_dir,
-                {
-                    "max_steps": max_steps,
-                    "strategy": distribution.name,
-                    "communication": distribution.communication,
-                },
+                # Not max_steps: a program may compute it from data each task reads; the
+                # tasks train to the chief's (`last_step.decide_for_task`).
+                {"strategy": distribution.name, "communication": distribution.communication},
             ),
             record=record,
             name_last_step=name_last_step,
@@ -276,7 +274,22 @@ class ScriptTask:
         from estimator_dist.base import status
 
         self.took_part = True
-        self.left_evaluation = status.NO_EVALUATION
+        self._left = status.NO_EVALUATION
+
+    @property
+    def exit_reason(self) -> Optional[str]:
+        """What the launcher is told with a normal exit (`status.Exiting.reason`), or None.
+
+        `status.NO_EVALUATION` for an evaluator that left a program it has no
+        part in; `status.NO_TRAINING` for a training task of a cluster whose
+        program only evaluated, exported or predicted.
+        """
+        from estimator_dist.base import status
+
+        training = self._cluster.task_type in (CHIEF, WORKER)
+        if self._left is None and training and self.took_part and not self.run.calls:
+            return status.NO_TRAINING
+        return self._left
 
     def train_segment(self, estimator: Any, train_spec: Any, eval_spec: Any) -> Optional[int]:
         """One training segment of a `train()` call, to a last step every task agreed on.

@@ -305,6 +305,7 @@ def count_for_task(
 
     from estimator_dist.base.cluster import CHIEF
     from estimator_dist.task.user_code import present_input_fn
+    from estimator_dist.tf_runtime import estimators
 
     if not _counts_here(cluster):
         return None
@@ -316,8 +317,9 @@ def count_for_task(
             "how": "not counted: training is done",
             "seconds": 0.0,
             "start": start,
+            "max_steps": max_steps,
         }
-    strategy = estimator.config.train_distribute
+    strategy = estimators.run_config(estimator).train_distribute
     replicas = strategy.num_replicas_in_sync if strategy is not None else cluster.num_workers
     per_worker = max(1, replicas // cluster.num_workers)
     index = cluster.task_index + (1 if CHIEF in cluster.jobs else 0)
@@ -329,8 +331,9 @@ def count_for_task(
     if max_steps is not None:
         timeout = min(timeout, COUNT_SECS_WITH_MAX_STEPS)
     try:
+        config = estimators.run_config(estimator)
         count = count_input(
-            present_input_fn(input_fn), estimator.params, estimator.config, context, limit, timeout
+            present_input_fn(input_fn), estimator.params, config, context, limit, timeout
         )
     except Exception as error:  # With max_steps, training can go on without the count.
         if max_steps is None:
@@ -348,7 +351,7 @@ def count_for_task(
         count["how"],
         count["seconds"],
     )
-    return {**count, "start": start}
+    return {**count, "start": start, "max_steps": max_steps}
 
 
 def decide_for_task(
@@ -387,12 +390,36 @@ def decide_for_task(
         write_decision(model_dir, {**decision, "counts": {}, "attempt": attempt})
         return max_steps, decision
     counted = {role: count for role, count in counts.items() if count is not None}
-    start = counted.get(f"{CHIEF}-0", {}).get("start", 0)
+    chief = counted.get(f"{CHIEF}-0", {})
+    start = chief.get("start", 0)
+    max_steps = _agreed_max_steps(counted, chief, max_steps)
     decision = {**decide(counted, start, max_steps), "attempt": attempt}
     logging.info("estimator_dist: %s.", describe(decision))
     if cluster.is_chief:
         write_decision(model_dir, decision)
     return decision["last_step"], decision
+
+
+def _agreed_max_steps(
+    counts: Mapping[str, Mapping[str, Any]], chief: Mapping[str, Any], own: Optional[int]
+) -> Optional[int]:
+    """The chief's `max_steps`, which every task trains to, said once when the tasks' differ.
+
+    A program may compute it from data each task reads (an unseeded split's
+    size): in one process the number is the program's, on a cluster one number
+    must hold for every task.
+    """
+    if "max_steps" not in chief:
+        return own
+    given = {role: count.get("max_steps") for role, count in counts.items()}
+    if len(set(given.values())) > 1:
+        logging.warning(
+            "estimator_dist: the tasks computed different max_steps (%s): every task trains to "
+            "the chief's, %s.",
+            ", ".join(f"{role} {steps}" for role, steps in sorted(given.items())),
+            chief["max_steps"],
+        )
+    return chief["max_steps"]
 
 
 def stop_how(how: Optional[str]) -> str:

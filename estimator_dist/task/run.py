@@ -26,6 +26,7 @@ stay, the package's are added after them, and on a single process its
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -55,8 +56,9 @@ from input_fns import bad_data
 
 #: Steps between two progress events of an estimator whose RunConfig logs no step count.
 DEFAULT_PROGRESS_STEPS = 100
-#: Directory of `model_dir` where a call after the first leaves its input count for the others.
-COUNTS_DIR = os.path.join("loop", "counts")
+#: Directory of `model_dir` where, after the rendezvous, each task leaves what the others must
+#: read (a later call's input count; a program's loop its results), under the attempt's id.
+EXCHANGE_DIR = "loop"
 #: Seconds between two looks for the other tasks' counts.
 _POLL_SECS = 0.2
 
@@ -253,7 +255,8 @@ class TaskRun:
         known = decision or last_step.read_decision(model_dir) or {}
         how = known.get("how") or last_step.MAX_STEPS
         if last is not None:
-            status.emit(status.StopStep(step=last, how=last_step.stop_how(how)))
+            stop = status.StopStep(step=last, how=last_step.stop_how(how), model_dir=model_dir)
+            status.emit(stop)
         if cluster.is_chief and call.record is not None:
             with diagnose.refused_writes(model_dir):
                 record = {**call.record(decision), "last_step": decision}
@@ -283,9 +286,9 @@ class TaskRun:
         """
         cluster = self._cluster
         self._exchanges += 1
-        directory = os.path.join(model_dir, COUNTS_DIR, str(self._attempt))
+        directory = os.path.join(model_dir, EXCHANGE_DIR, str(self._attempt))
         tf.io.gfile.makedirs(directory)
-        name = f"{self._exchanges}-{{role}}.json"
+        name = f"count-{self._exchanges}-{{role}}.json"
         files.write_json(os.path.join(directory, name.format(role=cluster.role)), count)
         roles = [f"{CHIEF}-0"] + [f"{WORKER}-{i}" for i in range(cluster.num_workers - 1)]
         deadline = time.monotonic() + self._guards.startup_timeout
@@ -355,7 +358,11 @@ class TaskRun:
         started = time.monotonic()
         patches.route_stop_requests(router)
         try:
-            result = self._train_and_evaluate(estimator, train_spec, eval_spec)
+            # A program running eagerly (TensorFlow 2's default) keeps doing so; Estimator
+            # trains in graphs of its own, and its distribute coordinator, which configures
+            # the strategy and starts the task's server, needs graph mode around it.
+            with tf.Graph().as_default() if tf.executing_eagerly() else contextlib.nullcontext():
+                result = self._train_and_evaluate(estimator, train_spec, eval_spec)
         except StoppedEarly as stopped:
             logging.info("estimator_dist: the evaluator ends: it %s.", stopped)
             result = None

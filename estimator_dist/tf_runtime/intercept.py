@@ -110,6 +110,7 @@ def _keras_bridge(
         if bound.arguments["checkpoint_format"] != "saver":
             logging.info("estimator_dist: model_to_estimator gets checkpoint_format='saver'.")
             bound.arguments["checkpoint_format"] = "saver"
+        _legacy_optimizer(bound.arguments.get("keras_model"))
         config = bound.arguments["config"] or tf.estimator.RunConfig(model_dir=model_dir)
         chief = config.is_chief
         bound.arguments["config"] = config.replace()
@@ -120,6 +121,28 @@ def _keras_bridge(
         return estimator
 
     return wrapper
+
+
+def _legacy_optimizer(model: Any) -> None:
+    """Gives a compiled Keras model the legacy optimizer the bridge needs, as it does in eager mode.
+
+    `model_to_estimator` converts a `tf.keras.optimizers.Optimizer` (the
+    non-legacy kind) to its legacy equivalent when eager execution is on, and
+    refuses it in graph mode, where a task of a cluster runs.
+    """
+    from absl import logging
+
+    optimizer = getattr(model, "optimizer", None)
+    if tf.executing_eagerly() or not isinstance(
+        optimizer, tf.keras.optimizers.experimental.Optimizer
+    ):
+        return
+    logging.info(
+        "estimator_dist: model_to_estimator gets the legacy equivalent of the model's %s, as "
+        "TensorFlow gives it in eager mode.",
+        type(optimizer).__name__,
+    )
+    model.optimizer = tf.keras.__internal__.optimizers.convert_to_legacy_optimizer(optimizer)
 
 
 def _recording(mkdtemp: Callable, made: Set[str]) -> Callable:

@@ -51,12 +51,21 @@ internals these are.
    strategy (Keras layers still convert their own `call`). Shown by
    `tests/estimator_dist/tf_runtime/patches_autograph_test.py`.
 
-5. **A MultiWorkerMirroredStrategy built on the evaluator**
+5. **A MultiWorkerMirroredStrategy set up as Estimator needs it**
    (`CollectiveAllReduceExtended._initialize_strategy`). The evaluator is
    outside the cluster, so building the strategy there raises
    `KeyError: 'evaluator'`; a script that builds its own strategy on every
    task gets a local one there, as with no TF_CONFIG (it trains nothing).
-   Shown by `tests/estimator_dist/script_test.py`.
+   And a program that runs eagerly (TensorFlow 2's default, which a task
+   keeps) would set the strategy up for eager training: its own server, a
+   coordination service and a health-check thread, after which Estimator's
+   distribute coordinator cannot deep-copy it ("cannot be deep copied in
+   eager mode") and starts a second server on the same port. It is set up
+   in a graph instead, as in a program that disabled eager execution, and
+   so are its copies (`CollectiveAllReduce.__deepcopy__`): Estimator trains
+   in graphs of its own. Shown by
+   `tests/estimator_dist/script_test.py` and the differential program
+   `eager_peek.py`.
 
 6. **No silent session recovery once training runs**
    (`monitored_session._PREEMPTION_ERRORS`). MonitoredSession re-creates its
@@ -133,6 +142,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 import time
@@ -142,7 +152,11 @@ import tensorflow as tf
 from absl import logging
 from tensorflow.python.autograph.impl.api import autograph_artifact
 from tensorflow.python.data.ops import multi_device_iterator_ops
-from tensorflow.python.distribute import collective_all_reduce_strategy, cross_device_utils
+from tensorflow.python.distribute import (
+    collective_all_reduce_strategy,
+    cross_device_ops,
+    cross_device_utils,
+)
 from tensorflow.python.distribute import values as value_lib
 from tensorflow.python.training import monitored_session, session_run_hook
 from tensorflow_estimator.python.estimator import estimator as estimator_lib
@@ -173,6 +187,7 @@ def install() -> None:
         return
     _replace(_EXTENDED, "_batch_reduce_to", _batch_reduce_to)
     _replace(_EXTENDED, "_initialize_strategy", _initialize_strategy)
+    _replace(cross_device_ops.CollectiveAllReduce, "__deepcopy__", _collective_deepcopy)
     _replace(_EXTENDED, "_initialize_multi_worker", _initialize_multi_worker)
     _replace(_KEYS, "_get_new_group_key", _get_new_group_key)
     _replace(multi_device_iterator_ops, "_create_device_dataset", _create_device_dataset)
@@ -362,9 +377,27 @@ def _call_model_fn(estimator: Any, *args: Any, **kwargs: Any) -> Any:
 
 def _initialize_strategy(extended: Any, cluster_resolver: Any, devices: Any) -> None:
     if cluster_resolver.task_type == "evaluator" and not devices:
-        extended._initialize_local(cluster_resolver, devices=None)
+        initialize = functools.partial(extended._initialize_local, cluster_resolver, devices=None)
     else:
-        _original(_EXTENDED, "_initialize_strategy")(extended, cluster_resolver, devices)
+        original = _original(_EXTENDED, "_initialize_strategy")
+        initialize = functools.partial(original, extended, cluster_resolver, devices)
+    if not tf.executing_eagerly():
+        initialize()
+        return
+    # A program running eagerly: Estimator builds graphs of its own and its distribute
+    # coordinator starts the task's server, so the strategy is set up as in graph mode.
+    with tf.Graph().as_default():
+        initialize()
+
+
+def _collective_deepcopy(collective: Any, memo: dict) -> Any:
+    # Copying builds the all-reduce's launchers again, which in eager mode would place
+    # their ordering tokens on devices of a server that only Estimator starts.
+    original = _original(cross_device_ops.CollectiveAllReduce, "__deepcopy__")
+    if not tf.executing_eagerly():
+        return original(collective, memo)
+    with tf.Graph().as_default():
+        return original(collective, memo)
 
 
 # --- 7: checkpoints without a session call per step ----------------------------------

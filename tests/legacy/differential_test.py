@@ -53,6 +53,17 @@ PROGRAMS = {
             launcher_args=("--model_dir={model_dir}",),
         ),
         Program(
+            "eager_peek",
+            ("--model_dir={model_dir}",),
+            script=_script("eager_peek.py"),
+        ),
+        Program(
+            "keras_mirrored",
+            ("--model_dir={model_dir}", "--epochs=3"),
+            script=_script("keras_mirrored.py"),
+            input_ends=True,
+        ),
+        Program(
             "census_trainer",
             (
                 "--job-dir={model_dir}",

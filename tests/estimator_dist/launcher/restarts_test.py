@@ -2,7 +2,7 @@
 
 import pytest
 
-from estimator_dist.base import exit_codes
+from estimator_dist.base import exit_codes, files
 from estimator_dist.base.cluster import make_local_cluster
 from estimator_dist.launcher import restarts
 from estimator_dist.launcher.exits import Failure
@@ -28,6 +28,8 @@ class ScriptedLauncher:
         self.lines = []
         self.failed_at, self.last_step_seen, self.evaluator_restarts = None, 0, []
         self.resumed_steps = {}
+        self.nothing_evaluated = False
+        self.checkpoint_step = lambda: files.checkpoint_step(str(model_dir))
 
     def say(self, line):
         self.lines.append(line)

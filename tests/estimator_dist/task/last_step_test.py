@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 from estimator_dist.base import exit_codes
+from estimator_dist.base.cluster import parse_tf_config
 from estimator_dist.base.errors import ClusterTimeoutError, UsageError
 from estimator_dist.guards.evaluator_watchdog import EvaluatorWatchdog, judge
 from estimator_dist.task import last_step
@@ -62,6 +63,20 @@ def test_a_counted_input_and_an_unending_one():
     assert last_step.decide({"chief-0": unending}, 0, 50)["last_step"] == 50
     with pytest.raises(UsageError, match="repeats forever .*Give TrainSpec"):
         last_step.decide({"chief-0": unending, "worker-0": unending}, 0, None)
+
+
+def test_tasks_whose_max_steps_differ_train_to_the_chiefs(tmp_path, caplog):
+    # A program that computes max_steps from an unseeded split gets a number per task.
+    cluster = parse_tf_config(
+        json.dumps({"cluster": {"chief": ["h0:1"], "worker": ["h1:1"]}, "task": {"type": "worker"}})
+    )
+    counts = {
+        "chief-0": {**cardinality(5000), "start": 0, "max_steps": 2415},
+        "worker-0": {**cardinality(5000), "start": 0, "max_steps": 2404},
+    }
+    last, decision = last_step.decide_for_task(cluster, str(tmp_path), counts, 2404, 10)
+    assert last == 2415 and decision["how"] == last_step.MAX_STEPS
+    assert "computed different max_steps (chief-0 2415, worker-0 2404)" in caplog.text
 
 
 def test_a_count_past_its_time_bound_fails_only_without_max_steps():

@@ -152,6 +152,8 @@ class StubLauncher:
         self.lines, self.attempts = [], []
         self.failed_at, self.last_step_seen, self.evaluator_restarts = None, 0, []
         self.resumed_steps = {}
+        self.nothing_evaluated = False
+        self.checkpoint_step = lambda: 0
 
     def say(self, line):
         self.lines.append(line)
