@@ -211,7 +211,7 @@ def main(argv: Sequence[str]) -> int:
     except Error as error:
         from estimator_dist.guards.watchdog import fail
 
-        fail(cluster.role, error.exit_code, str(error))
+        fail(cluster.role, error.exit_code, str(error), type(error).__name__)
         return exit_codes.FAILURE
     emit(Exiting(exit_code=code, reason=reason))
     return code

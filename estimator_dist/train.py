@@ -50,7 +50,7 @@ def main(argv: Sequence[str]) -> int:
     except Error as error:
         from estimator_dist.guards.watchdog import fail
 
-        fail(cluster.role, error.exit_code, str(error))
+        fail(cluster.role, error.exit_code, str(error), type(error).__name__)
     if metrics is not None:
         print(f"Final evaluation: {files.format_metrics(metrics)}", flush=True)
     status.emit(status.Exiting(exit_code=0))

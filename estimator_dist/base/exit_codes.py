@@ -29,6 +29,8 @@ them, and how `estimator_dist.launch` decides whether to restart.
 | 159 | CHECKPOINT_GONE | the checkpoint being restored was deleted meanwhile (rotated away) |
 """
 
+from typing import Optional
+
 #: Starts the one line a task prints before a fail-fast exit.
 FAILURE_PREFIX = "estimator_dist: task {role} failed"
 
@@ -52,6 +54,18 @@ PEER_UNRESPONSIVE = 156
 SESSION_HUNG = 157
 FINAL_PHASE_HUNG = 158
 CHECKPOINT_GONE = 159
+
+
+def name_of(code: int) -> Optional[str]:
+    """The name of an exit code of the package, or None.
+
+    >>> name_of(PEER_FAILURE), name_of(42)
+    ('PEER_FAILURE', None)
+    """
+    for name, value in globals().items():
+        if name.isupper() and isinstance(value, int) and value == code:
+            return name
+    return None
 
 
 def is_retryable(code: int) -> bool:

@@ -131,14 +131,23 @@ FINAL_PHASE_MESSAGE = (
 )
 
 
-def fail(role: str, code: int, cause: str) -> None:
-    """Logs one line naming the task and cause, tells the launcher, ends the process with `code`."""
+def fail(role: str, code: int, cause: str, reason: Optional[str] = None) -> None:
+    """Logs one line naming the task and cause, tells the launcher, ends the process with `code`.
+
+    Args:
+      role: The task, e.g. `worker-1`.
+      code: Its exit code.
+      cause: The line for people.
+      reason: The failure's kind, for the launcher's decisions (the error's
+        class name); by default the exit code's name.
+    """
     message = f"{FAILURE_PREFIX.format(role=role)} (exit {code}): {cause}"
     logging.error(message)
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
     sys.stdout.flush()
-    status.emit(status.Exiting(exit_code=code, cause=cause))
+    kind = reason or exit_codes.name_of(code)
+    status.emit(status.Exiting(exit_code=code, cause=cause, reason=kind))
     os._exit(code)
 
 

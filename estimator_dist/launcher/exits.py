@@ -5,13 +5,13 @@
 code the job ends with if nobody restarts it; `RestartPolicy` decides after
 each failed attempt whether a restart of the whole cluster may help: not for
 a failure that is not retryable (exit codes 2-9), nor for the same failure
-at the same checkpoint step twice, nor beyond the restart budget.
+(the same task, exit code and reason, `Failure.kind`) at the same checkpoint
+step twice, nor beyond the restart budget.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 import signal
 from typing import Optional, Set, Tuple
 
@@ -20,49 +20,33 @@ from estimator_dist.base import exit_codes
 #: What `_cause_behind` appends when a lost-peer exit came before its cause.
 LOST_PEER = " ({reporter} exited first, with code 150, as it lost this peer)"
 
-#: Parts of a cause that differ between two attempts failing the same way.
-_VOLATILE = (
-    (re.compile(re.escape(LOST_PEER).replace(r"\{reporter\}", r"\S+")), ""),
-    (re.compile(r"\bpid \d+"), "pid #"),
-    (re.compile(r"(?<=[\w\]]):\d{2,5}\b"), ":#"),
-    (re.compile(r"\b0x[0-9a-fA-F]+\b"), "0x#"),
-    (re.compile(r"\bsteps? \d+"), "step #"),
-    (re.compile(r"\b\d+(?:\.\d+)?(?= ?(?:ms|s|sec|secs|seconds|minutes)\b)"), "#"),
-    (re.compile(r"\b\d+\.\d+\b"), "#"),
-)
-
 
 @dataclasses.dataclass(frozen=True)
 class Failure:
     """Why an attempt ended early.
 
     Attributes:
-      cause: One line naming the task and what happened.
+      cause: One line naming the task and what happened, for people.
       exit_code: The code the launcher exits with if it gives up.
+      task: The task that failed (`worker-0`), or '' when none alone did.
+      reason: What the task said its failure was (`status.Exiting.reason`: the
+        error's kind), or the signal that killed it; None when it said nothing.
     """
 
     cause: str
     exit_code: int
+    task: str = ""
+    reason: Optional[str] = None
+
+    @property
+    def kind(self) -> Tuple[str, int, Optional[str]]:
+        """What makes two failures the same: the task, its exit code, the reason it gave."""
+        return self.task, self.exit_code, self.reason
 
     @property
     def retryable(self) -> bool:
         """Whether a restart of the whole cluster may succeed."""
         return exit_codes.is_retryable(self.exit_code)
-
-
-def normalise_cause(cause: str) -> str:
-    """The cause without what differs between two attempts that fail the same way.
-
-    Pids, ports, durations, step numbers (the checkpoint step is compared on
-    its own) and which task reported a lost peer first are replaced.
-
-    >>> normalise_cause("chief exited with code 150 (PEER_FAILURE): AbortedError at "
-    ...                 "global step 57 after 12.3 s (peer localhost:41234, pid 812)")[43:]
-    'AbortedError at global step # after # s (peer localhost:#, pid #)'
-    """
-    for pattern, replacement in _VOLATILE:
-        cause = pattern.sub(replacement, cause)
-    return cause
 
 
 class RestartPolicy:
@@ -71,19 +55,24 @@ class RestartPolicy:
     Args:
       max_restarts: Restarts allowed in all.
 
+    Two failures are the same when the same task failed with the same exit code
+    and reason (`Failure.kind`), typed values the tasks sent: the text people
+    read (pids, ports, timings) never decides.
+
     >>> policy = RestartPolicy(max_restarts=3)
-    >>> lost = Failure("worker-0 exited with code 150 (PEER_FAILURE)", 150)
+    >>> lost = Failure("worker-0 exited with code 150 (PEER_FAILURE): ...", 150, "worker-0",
+    ...                "PeerFailureError")
     >>> policy.give_up(lost, step=100) is None
     True
     >>> print(policy.give_up(lost, step=100))  # doctest: +NORMALIZE_WHITESPACE
-    the same failure (worker-0 exited with code 150 (PEER_FAILURE)) at checkpoint step 100 twice:
-    not retrying
+    the same failure (worker-0 exited with code 150 (PEER_FAILURE): ...) at checkpoint step 100
+    twice: not retrying
     """
 
     def __init__(self, max_restarts: int) -> None:
         self._max_restarts = max_restarts
         self._attempts = 0
-        self._seen: Set[Tuple[str, int]] = set()
+        self._seen: Set[Tuple[Tuple[str, int, Optional[str]], int]] = set()
 
     def give_up(self, failure: Failure, step: int) -> Optional[str]:
         """Records a failed attempt; returns why not to restart, or None to restart.
@@ -93,7 +82,7 @@ class RestartPolicy:
           step: The latest checkpoint's step once every task stopped.
         """
         self._attempts += 1
-        key = (normalise_cause(failure.cause), step)
+        key = (failure.kind, step)
         repeated = key in self._seen
         self._seen.add(key)
         if not failure.retryable:
@@ -114,12 +103,8 @@ def describe_exit(code: int) -> str:
             return f"was killed by {signal.Signals(-code).name}"
         except ValueError:
             return f"was killed by signal {-code}"
-    names = {
-        value: name
-        for name, value in vars(exit_codes).items()
-        if name.isupper() and isinstance(value, int)
-    }
-    return f"exited with code {code}" + (f" ({names[code]})" if code in names else "")
+    name = exit_codes.name_of(code)
+    return f"exited with code {code}" + (f" ({name})" if name else "")
 
 
 def exit_code_of(code: int) -> int:

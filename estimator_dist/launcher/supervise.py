@@ -493,9 +493,13 @@ class Launcher:
         """The failure one task's exit means, or None if it finished its part."""
         if code != 0:
             detail = f": {task.detail.rstrip('.')}" if task.detail else ""
-            return Failure(f"{task.name} {describe_exit(code)}{detail}", exit_code_of(code))
+            reason = task.reason if code > 0 else describe_exit(code)
+            cause = f"{task.name} {describe_exit(code)}{detail}"
+            return Failure(cause, exit_code_of(code), task.name, reason)
         if task.config.task_type == PS:
-            return Failure(f"{task.name} exited before training ended", exit_codes.STALLED)
+            return Failure(
+                f"{task.name} exited before training ended", exit_codes.STALLED, task.name
+            )
         if task.config.task_type not in (CHIEF, WORKER):
             return None
         # A step the tasks reported (a script's max_steps, or where early stopping ended
@@ -508,6 +512,7 @@ class Launcher:
                 f"{task.name} exited with code 0 without saying which step training ends at "
                 "(it never called train_and_evaluate)",
                 exit_codes.FAILURE,
+                task.name,
             )
         step = self.checkpoint_step()
         if step < last:
@@ -517,6 +522,7 @@ class Launcher:
                 f"training input repeat (dataset.repeat()) and let {self._plan.steps_name} end "
                 "training; a restart would run out at the same place",
                 exit_codes.INPUT_EXHAUSTED,
+                task.name,
             )
         return None
 
@@ -538,8 +544,8 @@ class Launcher:
                 continue
             failure = self._failure_of(task, code, train_steps)
             if failure is not None and code != exit_codes.PEER_FAILURE:
-                return Failure(
-                    failure.cause + LOST_PEER.format(reporter=reporter.name), failure.exit_code
+                return dataclasses.replace(
+                    failure, cause=failure.cause + LOST_PEER.format(reporter=reporter.name)
                 )
 
     def stop(self, grace_secs: float) -> None:

@@ -186,7 +186,7 @@ def test_a_lost_peer_exit_waits_for_its_cause_only_so_long(tmp_path):
     job.exit("worker-0", exit_codes.PEER_FAILURE)
     started = time.monotonic()
     failure = job.supervise(root_cause_secs=0.5)
-    assert failure == Failure("chief exited with code 150 (PEER_FAILURE)", 150)
+    assert failure == Failure("chief exited with code 150 (PEER_FAILURE)", 150, "chief")
     assert time.monotonic() - started >= 0.5
 
 
@@ -195,7 +195,7 @@ def test_exit_150_is_a_retryable_peer_failure(tmp_path):
     job.exit("chief", 0)
     job.exit("worker-0", 150)
     failure = job.supervise(root_cause_secs=0.1)
-    assert failure == Failure("worker-0 exited with code 150 (PEER_FAILURE)", 150)
+    assert failure == Failure("worker-0 exited with code 150 (PEER_FAILURE)", 150, "worker-0")
     assert "PEER_FAILURE" in failure.cause
     assert failure.retryable
 
@@ -241,7 +241,7 @@ def test_evaluator_failing_fails_the_attempt(tmp_path):
     job = Job(tmp_path)
     job.exit("evaluator", 1)
     failure = job.supervise()
-    assert failure == Failure("evaluator exited with code 1 (FAILURE)", 1)
+    assert failure == Failure("evaluator exited with code 1 (FAILURE)", 1, "evaluator")
 
 
 @pytest.mark.parametrize("code", [exit_codes.USER_CODE, exit_codes.EVAL_UNENDING])
@@ -257,7 +257,7 @@ def test_ps_exiting_0_fails_the_attempt(tmp_path):
     job = Job(tmp_path, num_ps=1)
     job.exit("ps-0", 0)
     failure = job.supervise()
-    assert failure == Failure("ps-0 exited before training ended", exit_codes.STALLED)
+    assert failure == Failure("ps-0 exited before training ended", exit_codes.STALLED, "ps-0")
     assert failure.retryable
 
 
@@ -266,7 +266,7 @@ def test_ps_killed_fails_the_attempt(tmp_path):
     job.exit("chief", 0)
     job.exit("ps-0", -15)
     failure = job.supervise()
-    assert failure == Failure("ps-0 was killed by SIGTERM", 143)
+    assert failure == Failure("ps-0 was killed by SIGTERM", 143, "ps-0", "was killed by SIGTERM")
 
 
 # --- deadlines ----------------------------------------------------------------
