@@ -35,11 +35,12 @@ from typing import Any, Callable, List, Optional
 
 from tensorflow.python.distribute import distribute_coordinator as coordinator
 from tensorflow.python.distribute import distribute_coordinator_context as coordinator_context
+from tensorflow.python.distribute import multi_worker_util
 from tensorflow.python.training import server_lib
 
 INDEPENDENT_WORKER = coordinator.CoordinatorMode.INDEPENDENT_WORKER
 STANDALONE_CLIENT = coordinator.CoordinatorMode.STANDALONE_CLIENT
-_EVALUATOR = "evaluator"
+_CHIEF, _WORKER, _PS, _EVALUATOR = "chief", "worker", "ps", "evaluator"
 
 #: What `Estimator.train` / `evaluate` raise on a task of a cluster (TensorFlow 2.15's words).
 ONLY_STANDALONE_CLIENT = (
@@ -47,25 +48,36 @@ ONLY_STANDALONE_CLIENT = (
 )
 
 
-def init_run_config(config: Any, tf_config: Optional[dict]) -> None:
+def init_run_config(config: Any, tf_config: dict) -> None:
     """Marks `config` for the coordinator, or lets it read TF_CONFIG itself."""
-    config._distribute_coordinator_mode = None
     distribute = config._experimental_distribute
+    for name in ("train_distribute", "eval_distribute"):
+        given = getattr(distribute, name, None) if distribute else None
+        if given:
+            if getattr(config, f"_{name}"):
+                raise ValueError(f"Either `{name}` or `experimental_distribute.{name}` can be set.")
+            setattr(config, f"_{name}", given)
+    cluster_spec = server_lib.ClusterSpec(tf_config.get("cluster", {}))
+    # A local task's settings, until the coordinator's worker context fills them.
+    config._init_distributed_setting_from_environment_var({})
     remote_cluster = getattr(distribute, "remote_cluster", None) if distribute else None
-    if remote_cluster:
-        if tf_config:
-            raise ValueError("Cannot set both TF_CONFIG environment variable and remote_cluster")
+    if config._train_distribute and remote_cluster:
+        if cluster_spec:
+            raise ValueError(
+                'Cannot set both "cluster_spec" of TF_CONFIG and '
+                "`experimental_distribute.remote_cluster`"
+            )
         config._distribute_coordinator_mode = STANDALONE_CLIENT
         config._cluster_spec = remote_cluster
         return
-    cluster = (tf_config or {}).get("cluster", {})
-    if not tf_config or "master" in cluster or not config._train_distribute:
+    if not cluster_spec or "master" in cluster_spec.jobs or not config._train_distribute:
+        config._distribute_coordinator_mode = None
         config._init_distributed_setting_from_environment_var(tf_config)
         config._maybe_overwrite_session_config_for_distributed_training()
         return
     # The task's role, master and replica counts come from the coordinator's
     # worker context, once it runs (`fill_from_worker_context`).
-    config._cluster_spec = server_lib.ClusterSpec(cluster)
+    config._cluster_spec = cluster_spec
     config._distribute_coordinator_mode = INDEPENDENT_WORKER
 
 
@@ -77,15 +89,13 @@ def should_run_distribute_coordinator(config: Any) -> bool:
 
 def fill_from_worker_context(config: Any, context: Any) -> None:
     """Sets a task copy's RunConfig from the coordinator's context of this task."""
-    from tensorflow_estimator.python.estimator import run_config as run_config_lib
-
     config._service = None
-    config._cluster_spec = context.cluster_spec
+    config._cluster_spec = cluster_spec = context.cluster_spec
     config._task_type = context.task_type
     config._task_id = context.task_id
     config._master = config._evaluation_master = context.master_target
     config._is_chief = context.is_chief
-    if not config._cluster_spec:
+    if not cluster_spec:
         config._num_ps_replicas, config._num_worker_replicas = 0, 1
         config._global_id_in_cluster = 0
     elif config._task_type == _EVALUATOR:
@@ -94,12 +104,27 @@ def fill_from_worker_context(config: Any, context: Any) -> None:
         config._num_ps_replicas, config._num_worker_replicas = 0, 0
         config._global_id_in_cluster = None
     else:
-        chief = run_config_lib.TaskType.CHIEF
-        config._num_ps_replicas = run_config_lib._count_ps(config._cluster_spec)
-        config._num_worker_replicas = run_config_lib._count_worker(config._cluster_spec, chief)
-        config._global_id_in_cluster = run_config_lib._get_global_id_in_cluster(
-            config._cluster_spec, config._task_type, config._task_id, chief
-        )
+        jobs = cluster_spec.as_dict()
+        config._num_ps_replicas = len(jobs.get(_PS, []))
+        config._num_worker_replicas = len(jobs.get(_CHIEF, [])) + len(jobs.get(_WORKER, []))
+        config._global_id_in_cluster = global_id(cluster_spec, config._task_type, config._task_id)
+
+
+def global_id(cluster_spec: server_lib.ClusterSpec, task_type: Optional[str], task_id: int) -> int:
+    """The task's number among all tasks: the chief first, then jobs by name, `ps` last.
+
+    >>> spec = server_lib.ClusterSpec({"chief": ["a:1"], "worker": ["b:1", "c:1"], "ps": ["d:1"]})
+    >>> [global_id(spec, "worker", 1), global_id(spec, "ps", 0), global_id(spec, None, 0)]
+    [2, 3, 0]
+    """
+    if not task_type:
+        return 0
+    first = 0
+    for job in sorted(cluster_spec.jobs, key=lambda job: (job != _CHIEF, job == _PS, job)):
+        if job == task_type:
+            return first + task_id
+        first += len(cluster_spec.job_tasks(job))
+    raise RuntimeError(f"task type {task_type!r} is not in the cluster {cluster_spec.as_dict()}")
 
 
 def _task_copy(estimator: Any, strategy: Any, training: bool) -> Any:
@@ -120,6 +145,8 @@ def train_and_evaluate(
 ) -> None:
     """Runs this task's part of `tf.estimator.train_and_evaluate` through the coordinator."""
     config = estimator._config
+    if not config._distribute_coordinator_mode:
+        raise ValueError("Distribute coordinator mode is not specified in `RunConfig`.")
 
     def train(strategy: Any) -> None:
         local = _task_copy(estimator, strategy, training=True)
@@ -140,7 +167,10 @@ def train_and_evaluate(
         evaluate,
         config.eval_distribute,
         mode=config._distribute_coordinator_mode,
-        cluster_spec=config.cluster_spec,
+        # A task of a cluster: the coordinator reads its role from TF_CONFIG itself.
+        cluster_spec=config.cluster_spec
+        if config._distribute_coordinator_mode == STANDALONE_CLIENT
+        else None,
         session_config=config.session_config,
     )
 
@@ -163,7 +193,7 @@ def _standalone_client(
     config = estimator._config
     method = "train" if training else "evaluate"
     strategy = config.train_distribute if training else config.eval_distribute
-    cluster_spec = server_lib.ClusterSpec(config.cluster_spec)
+    cluster_spec = multi_worker_util.normalize_cluster_spec(config.cluster_spec)
     if _EVALUATOR in cluster_spec.jobs:
         raise ValueError(
             f"'evaluator' job is not supported if you don't use `train_and_evaluate`"
