@@ -1,10 +1,28 @@
 """estimator-dist: multi-worker tf.estimator training with MultiWorkerMirroredStrategy."""
 
+import importlib.util
 import pathlib
+import sys
 
 from setuptools import find_packages, setup
 
 HERE = pathlib.Path(__file__).parent
+
+
+def _compat():
+    """estimator_dist/tf_runtime/compat.py alone (standard library only), for its Python check."""
+    path = HERE / "estimator_dist" / "tf_runtime" / "compat.py"
+    spec = importlib.util.spec_from_file_location("_estimator_dist_compat", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# pip builds the metadata with the Python it installs for, but does not refuse a local project
+# whose python_requires excludes it: it goes on to fail on TensorFlow. One line instead.
+_COMPAT = _compat()
+if not _COMPAT.python_supported(sys.version_info[:2]):
+    sys.exit(_COMPAT.UNSUPPORTED_PYTHON.format(version=sys.version.split()[0]))
 # Two TensorFlow stacks (docs/tensorflow.md). The newest TensorFlow this package supports
 # is the default on Python 3.10-3.13; `.[tf215]` selects TensorFlow 2.15, the last release
 # that shipped tf.estimator, on Python 3.10 and 3.11, and Python 3.9 has only that stack.
