@@ -39,8 +39,10 @@ KUBERNETES = ["kubeflow-training==1.9.4", "kubeflow==0.5.0", "kubernetes-validat
 # What TensorFlow 2.15 needs beside it, wherever it is installed.
 STACK_215 = [
     "keras==2.15.0",
-    # tensorflow-datasets newer than 4.9.4 pulls protobuf 5+, which TF 2.15 cannot import.
-    "tensorflow-datasets==4.9.4",
+    # tensorflow-datasets newer than 4.9.4 pulls protobuf 5+, which TF 2.15 cannot import;
+    # 4.9.4 needs Python 3.10, 4.9.3 is the last for 3.9.
+    'tensorflow-datasets==4.9.4; python_version >= "3.10"',
+    'tensorflow-datasets==4.9.3; python_version < "3.10"',
     "tensorflow-metadata==1.15.0",
     # protobuf's compiled backend: 3.20.3 ships it for Python 3.9 and 3.10 only, and
     # its pure-Python fallback made each checkpoint save 2.4 s and an end-of-training
