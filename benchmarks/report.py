@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from absl import app, flags
 
-from benchmarks import engines, precision_section, scaling_model, speedup
+from benchmarks import engines, precision_section, scaling_model, speedup, stacks
 from benchmarks.options_table import HARDWARE_LIMIT, LARGER_BATCH, OPTIONS, REFERENCES
 
 #: Gradient bytes per all-reduce (float32 trainable parameters).
@@ -488,6 +488,9 @@ def markdown(results: dict, images: Sequence[str]) -> str:
     if "precision" in results:
         lines += ["", "## Mixed precision: bfloat16 against float32 and Keras (issue 27)", ""]
         lines += precision_section.table(results["precision"])
+    if "stacks" in results:
+        lines += ["", "## TensorFlow 2.21 against TensorFlow 2.15 (issue 33)", ""]
+        lines += stacks.table(results["stacks"])
     lines += ["", "## Plots", ""]
     lines += [f"![{os.path.basename(p)}]({os.path.basename(p)})" for p in images]
     return "\n".join(lines) + "\n"

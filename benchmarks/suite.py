@@ -52,6 +52,7 @@ from benchmarks import (
     input_pipeline,
     precision_section,
     speedup,
+    stacks,
     startup_section,
 )
 from benchmarks.contenders import MODELS, Config, measure, one_core_each
@@ -69,6 +70,7 @@ SECTIONS = (
     "speedup",
     "engines",
     "precision",
+    "stacks",
 )
 #: Rounds of the overhead section at least (fewer with --quick): its target leaves a 2% margin,
 #: within the spread of a ratio of two runs on this machine.
@@ -381,6 +383,9 @@ def run_suite(
         "speedup": lambda: speedup.section(settings, settings.quick, speedup.measure),
         "engines": lambda: engines.section(settings, engines.measure),
         "precision": lambda: precision_section.section(settings, settings.quick, measure_fn),
+        "stacks": lambda: stacks.section(
+            settings, lambda run: stacks.measure(run, stacks.PYTHONS), settings.scaling_models
+        ),
     }
     for name in settings.sections:
         started = time.monotonic()

@@ -205,8 +205,8 @@ def learning_rate(
 ) -> Union[float, tf.keras.optimizers.schedules.LearningRateSchedule]:
     """The constant rate, or the rate decayed by `decay_per_epoch` after every epoch.
 
-    >>> learning_rate(MobileNetParams(decay_per_epoch=0.5, num_train_examples=640,
-    ...                               batch_size=64), {})(25).numpy()
+    >>> print(learning_rate(MobileNetParams(decay_per_epoch=0.5, num_train_examples=640,
+    ...                                     batch_size=64), {})(25).numpy())
     0.00025
     """
     if hparams.decay_per_epoch == 1:

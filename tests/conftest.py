@@ -26,6 +26,10 @@ from typing import Any, Callable, Dict, Hashable, Tuple
 
 import pytest
 
+# Before any test module imports TensorFlow, as every entry point of the package does:
+# on TensorFlow 2.16+, tf.estimator needs the compatibility layer (tf_runtime/compat.py).
+import estimator_dist  # noqa: F401
+
 #: The mark of tests that start worker processes, a launcher or a cluster (see pytest.ini).
 MULTIPROCESS = "multiprocess"
 

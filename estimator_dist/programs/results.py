@@ -18,8 +18,10 @@ import tensorflow as tf
 def encode_metrics(metrics: Mapping[str, Any]) -> Dict[str, dict]:
     """A JSON form of an evaluation's dict that `decode_metrics` turns back, types included.
 
-    >>> decode_metrics(encode_metrics({"loss": np.float32(0.5), "global_step": np.int64(3)}))
-    {'loss': 0.5, 'global_step': 3}
+    >>> metrics = {"loss": np.float32(0.5), "global_step": np.int64(3)}
+    >>> decoded = decode_metrics(encode_metrics(metrics))
+    >>> {name: (value.dtype.name, value.item()) for name, value in decoded.items()}
+    {'loss': ('float32', 0.5), 'global_step': ('int64', 3)}
     """
     encoded = {}
     for name, value in metrics.items():

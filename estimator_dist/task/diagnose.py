@@ -33,6 +33,7 @@ from estimator_dist.base.errors import (
     UserCodeError,
 )
 from estimator_dist.base.files import METRICS_FILE, RUN_RECORD_FILE
+from estimator_dist.tf_runtime import compat
 from input_fns import bad_data
 
 #: Errors of collective operations and lost peers, fatal once training runs.
@@ -339,7 +340,9 @@ def explain_training_error(
       `CollectiveMismatchError` (exit 7) for tensors whose shapes differ
       between tasks, a `PeerFailureError` (exit 150) for a lost peer, a
       `CheckpointGoneError` (exit 159) for a checkpoint deleted while it was
-      restored, or None for any other error.
+      restored, a `UsageError` (exit 2) for a checkpoint that lacks a variable
+      because the user made tf.keras Keras 3 on TensorFlow 2.16+, or None for
+      any other error.
     """
     step = files.latest_known_step(step, model_dir)
     # A collective abort carries its cause's message, which may be a bad record.
@@ -352,6 +355,10 @@ def explain_training_error(
     unwritable = explain_storage_error(error, model_dir, step)
     if unwritable is not None:
         return unwritable
+    keras_3 = compat.explain_missing_variable(error)
+    if keras_3 is not None:
+        logging.error("Restoring failed, full TensorFlow error: %s", error.message)
+        return UsageError(keras_3)
     if COLLECTIVE_SHAPE_MISMATCH in error.message:
         logging.error("Collective shape mismatch, full TensorFlow error: %s", error.message)
         return CollectiveMismatchError(

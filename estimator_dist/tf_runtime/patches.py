@@ -1,12 +1,13 @@
-"""Every workaround for a TensorFlow 2.15 internal, in one place.
+"""Every workaround for a TensorFlow internal, in one place.
 
 `install()` applies them all; the driver and the script runner call it once
 per process, before any strategy or Estimator is built. Calling it again does
 nothing, and `uninstall()` restores TensorFlow as it was (tests use it for
 their controls). Nothing else in the package patches TensorFlow, and no
 getter installs anything as a side effect. Each patch below says what it
-works around and which test shows it; the package pins TensorFlow 2.15, whose
-internals these are.
+works around and which test shows it. Each internal exists, with the same
+signature, in TensorFlow 2.15.1 and 2.21.0 (the package's two stacks), and the
+tests named below pass on both.
 
 1. **Sparse gradients all-reduced as dense tensors**
    (`CollectiveAllReduceExtended._batch_reduce_to`, for strategies opted in

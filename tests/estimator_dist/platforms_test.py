@@ -258,7 +258,9 @@ def run_config_of(monkeypatch, config, strategies):
         config.task_type,
         config.task_index,
     )
-    estimator_training._init_run_config_from_worker_context(run_config, context)
+    # TensorFlow 2.15's own glue, or estimator_dist.tf_runtime.coordinator on 2.16+.
+    fill = getattr(estimator_training, "_init_run_config_from_worker_context", None)
+    (fill or estimator_training.fill_from_worker_context)(run_config, context)
     return run_config
 
 
