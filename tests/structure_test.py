@@ -23,6 +23,7 @@ LAYERS = (
     "estimator_dist.base",
     "estimator_dist.tf_runtime",
     LIBRARIES,
+    "estimator_dist.storage",
     "estimator_dist.config",
     "estimator_dist.guards",
     "estimator_dist.task",

@@ -18,6 +18,7 @@ Example, a single process on the embedded digits:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import List, Optional, Tuple, Union
@@ -32,11 +33,12 @@ from estimator_dist.config.job import JobConfig, check_batch
 from estimator_dist.guards.checkpoints import settle_for_task
 from estimator_dist.guards.evaluator_watchdog import EvaluatorWatchdog
 from estimator_dist.guards.heartbeat import start_heartbeat
-from estimator_dist.guards.preemption import Preemption
+from estimator_dist.guards.preemption import PREEMPTION_DIR, Preemption
 from estimator_dist.guards.rendezvous import rendezvous
 from estimator_dist.guards.roles import enter_task, progress_hook, start_preemption, start_watchdog
 from estimator_dist.guards.startup import Startup
 from estimator_dist.guards.watchdog import Watchdog
+from estimator_dist.storage.task import task_storage
 from estimator_dist.task import early_stopping, export, records
 from estimator_dist.task.diagnose import (
     error_summary,
@@ -62,6 +64,10 @@ _AnyWatchdog = Optional[Union[Watchdog, EvaluatorWatchdog]]
 def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]:
     """Runs `tf.estimator.train_and_evaluate` for this task of the job.
 
+    A job whose results live at a URL TensorFlow cannot write (`--model_dir=s3://...`,
+    or `--storage`) trains in a local model_dir that `estimator_dist.storage` keeps in
+    step with the URL; the tasks compare and identify the job by the model_dir it names.
+
     Everything this task can check alone comes before it waits for the
     others at the rendezvous; then the chief records what runs, and every
     task trains, evaluates or serves as a parameter server.
@@ -79,6 +85,18 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
         and cluster mismatch, unknown names, missing data).
       DataError: when the input pipeline finds a bad record.
     """
+    # --- storage (issue 35): the task's local model_dir, synchronised with the job's URL.
+    shared = (PREEMPTION_DIR, files.LAST_STEP_FILE)
+    with task_storage(
+        job.run.model_dir, job.storage, cluster.role, cluster.task_type, shared
+    ) as local:
+        run = dataclasses.replace(job.run, model_dir=local)
+        return _train_and_evaluate(dataclasses.replace(job, run=run), cluster, named=job)
+    # --- end storage
+
+
+def _train_and_evaluate(job: JobConfig, cluster: ClusterConfig, named: JobConfig) -> Optional[dict]:
+    """`train_and_evaluate` in the task's model_dir; `named` is the job as every task names it."""
     startup = Startup(cluster.role)
     startup.mark("imports")
     enter_task(cluster)
@@ -93,7 +111,7 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     preemption = _start_preemption(job, cluster)
     with refused_writes(job.run.model_dir):  # The chief settles before the others may restore.
         settle_for_task(cluster, job.run.model_dir, job.startup_timeout)
-    attempt = rendezvous(cluster, records.job_view(job, cluster), job.startup_timeout)
+    attempt = rendezvous(cluster, records.job_view(named, cluster), job.startup_timeout)
     preemption.joined(attempt)
     startup.mark("rendezvous")
     if cluster.task_type in (None, CHIEF, WORKER):
@@ -110,7 +128,7 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     exporter = records.MetricsExporter(job.run.model_dir)
     train_spec, eval_spec = _specs(job, cluster, checked, exporter, startup, preemption, watchdog)
     heartbeat = start_heartbeat(
-        cluster, job.run.model_dir, attempt, job.heartbeat_timeout, preemption
+        cluster, named.run.model_dir, attempt, job.heartbeat_timeout, preemption
     )
     if heartbeat is not None:
         train_spec = train_spec._replace(hooks=(*train_spec.hooks, heartbeat.hook()))
