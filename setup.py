@@ -10,6 +10,13 @@ RAY = ['ray==2.60.0; python_version >= "3.10"', 'ray==2.51.1; python_version < "
 # The TFJob from the v1 Training SDK's models; the TrainJob and its runtime from the
 # Trainer v2 SDK's; kubernetes-validate checks the core kinds against Kubernetes' schemas.
 KUBERNETES = ["kubeflow-training==1.9.4", "kubeflow==0.5.0", "kubernetes-validate==1.37.0"]
+# model_dir on object storage (estimator_dist.storage): fsspec's S3 implementation; moto's
+# standalone S3 server is what the tests train against. s3fs 2025.10 is the last for 3.9.
+S3 = ['s3fs==2026.9.0; python_version >= "3.10"', 's3fs==2025.10.0; python_version < "3.10"']
+S3_SERVER = [
+    'moto[server]==5.2.5; python_version >= "3.10"',
+    'moto[server]==5.1.22; python_version < "3.10"',
+]
 
 setup(
     name="estimator-dist",
@@ -54,6 +61,11 @@ setup(
         "ray": RAY,
         # `estimator_dist.manifest`: manifests built from the Kubeflow SDKs' own models.
         "kubernetes": KUBERNETES,
+        # --model_dir=s3://... or --storage=s3://...; gs:// needs nothing (TensorFlow writes it),
+        # except with --storage (gcsfs), and az:// needs adlfs.
+        "s3": S3,
+        "gcs": ["gcsfs>=2025.10.0"],
+        "azure": ["adlfs>=2025.8.0"],
         # matplotlib: the benchmark suite's plots, which its tests draw too; pandas: the
         # legacy corpus's pandas_input_fn. The engines' extras are in `test` so that CI
         # runs their end-to-end tests.
@@ -67,6 +79,8 @@ setup(
             "pandas>=1.5",
             *RAY,
             *KUBERNETES,
+            *S3,
+            *S3_SERVER,
         ],
     },
     entry_points={
