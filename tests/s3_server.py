@@ -22,9 +22,12 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, Optional, Tuple
 
 import portpicker
+
+#: The first two octets of the addresses `remote_network` gives a server and the host.
+_SUBNET = "10.235"
 
 #: The bucket every server has.
 BUCKET = "bucket"
@@ -120,3 +123,36 @@ class S3Server:
             os.killpg(self._process.pid, signal.SIGKILL)
             self._process.wait()
         self._process = None
+
+
+@contextlib.contextmanager
+def remote_network() -> Iterator[Tuple[str, tuple]]:
+    """A network namespace of this test's own, reached from the host over a veth pair.
+
+    A server started there (`S3Server(host, prefix)`) is remote for a job: not
+    on its loopback, reachable only through the host's network. Needs root.
+
+    Yields:
+      The address a server there listens on, and the command prefix that
+      runs a program inside the namespace.
+    """
+    name = f"ed35s3-{os.getpid()}"
+    octet = os.getpid() % 250 + 1
+    host_end, far_end = f"es{os.getpid()}"[:15], f"er{os.getpid()}"[:15]
+    commands = [
+        ["ip", "netns", "add", name],
+        ["ip", "link", "add", host_end, "type", "veth", "peer", "name", far_end],
+        ["ip", "link", "set", far_end, "netns", name],
+        ["ip", "addr", "add", f"{_SUBNET}.{octet}.1/30", "dev", host_end],
+        ["ip", "link", "set", host_end, "up"],
+        ["ip", "-n", name, "addr", "add", f"{_SUBNET}.{octet}.2/30", "dev", far_end],
+        ["ip", "-n", name, "link", "set", far_end, "up"],
+        ["ip", "-n", name, "link", "set", "lo", "up"],
+    ]
+    try:
+        for command in commands:
+            subprocess.run(command, check=True, capture_output=True, timeout=30)
+        yield f"{_SUBNET}.{octet}.2", ("ip", "netns", "exec", name)
+    finally:
+        subprocess.run(["ip", "link", "del", host_end], capture_output=True, timeout=30)
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
