@@ -173,7 +173,7 @@ def check_access(url: str, role: str) -> None:
     except FileNotFoundError as error:
         bucket = remote.root.split("/", 1)[0]
         raise UsageError(NO_BUCKET.format(url=url, bucket=bucket, detail=one_line(error))) from None
-    except OSError as error:
+    except Exception as error:  # Each library has its own connection errors (botocore's, ...).
         raise StorageUnreachableError(UNREACHABLE.format(url=url, detail=one_line(error))) from None
 
 
