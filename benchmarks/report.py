@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from absl import app, flags
 
-from benchmarks import engines, precision_section, scaling_model, speedup
+from benchmarks import engines, precision_section, scaling_model, speedup, storage_section
 from benchmarks.options_table import HARDWARE_LIMIT, LARGER_BATCH, OPTIONS, REFERENCES
 
 #: Gradient bytes per all-reduce (float32 trainable parameters).
@@ -488,6 +488,9 @@ def markdown(results: dict, images: Sequence[str]) -> str:
     if "precision" in results:
         lines += ["", "## Mixed precision: bfloat16 against float32 and Keras (issue 27)", ""]
         lines += precision_section.table(results["precision"])
+    if "storage" in results:
+        lines += ["", "## model_dir on S3 against a local model_dir (issue 35)", ""]
+        lines += storage_section.table(results["storage"])
     lines += ["", "## Plots", ""]
     lines += [f"![{os.path.basename(p)}]({os.path.basename(p)})" for p in images]
     return "\n".join(lines) + "\n"

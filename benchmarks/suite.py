@@ -53,6 +53,7 @@ from benchmarks import (
     precision_section,
     speedup,
     startup_section,
+    storage_section,
 )
 from benchmarks.contenders import MODELS, Config, measure, one_core_each
 from benchmarks.groups import ratio, run_groups, run_record, summary
@@ -69,6 +70,7 @@ SECTIONS = (
     "speedup",
     "engines",
     "precision",
+    "storage",
 )
 #: Rounds of the overhead section at least (fewer with --quick): its target leaves a 2% margin,
 #: within the spread of a ratio of two runs on this machine.
@@ -381,6 +383,9 @@ def run_suite(
         "speedup": lambda: speedup.section(settings, settings.quick, speedup.measure),
         "engines": lambda: engines.section(settings, engines.measure),
         "precision": lambda: precision_section.section(settings, settings.quick, measure_fn),
+        "storage": lambda: storage_section.measure(
+            settings.rounds, 600 if settings.quick else 1000
+        ),
     }
     for name in settings.sections:
         started = time.monotonic()

@@ -151,6 +151,7 @@ def restore_latest(remote: Remote, local_dir: str) -> Optional[str]:
       The restored checkpoint's name, or None when the storage has none.
     """
     os.makedirs(local_dir, exist_ok=True)
+    started = time.monotonic()
     text = remote.read(STATE_FILE)
     latest = parse_state(text)[0] if text else None
     state = os.path.join(local_dir, STATE_FILE)
@@ -164,7 +165,13 @@ def restore_latest(remote: Remote, local_dir: str) -> Optional[str]:
             os.remove(state)
         return None
     write_local_state(local_dir, latest, [latest])
-    logging.info("estimator_dist: restored %s from %s into %s.", latest, remote.url, local_dir)
+    logging.info(
+        "estimator_dist: restored %s from %s into %s in %.2f s.",
+        latest,
+        remote.url,
+        local_dir,
+        time.monotonic() - started,
+    )
     return latest
 
 

@@ -1,0 +1,274 @@
+"""Jobs whose model_dir is on object storage: real tasks, a real S3-protocol server, faults.
+
+The server (moto's, `tests/s3_server.py`) runs in a network namespace the
+test creates, reached over a veth pair: for the launcher's private
+namespace it is remote, reached through the launcher's relay
+(`estimator_dist.launcher.way_out`). Every task works in a directory of
+its own (`ESTIMATOR_DIST_WORK_DIR/s3/bucket/<run>/<task>`): no two tasks
+share a file, as on machines with no shared file system. Each fault test
+prints what the fault cost (`MEASURED` lines) for docs/running.md.
+"""
+
+import json
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from estimator_dist.base import exit_codes
+from estimator_dist.storage.remote import Remote
+from estimator_dist.storage.sync import STATE_FILE, parse_state
+from tests.procs import Background, measured, report, run_module, started_pids, tasks, wait_all
+from tests.s3_server import S3Server, remote_network
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
+
+TIMEOUT = 420
+STEPS = 300
+
+
+@pytest.fixture(scope="module")
+def server():
+    if os.geteuid() != 0:
+        pytest.fail("these tests create a network namespace for the S3 server: run them as root")
+    with remote_network() as (address, prefix):
+        with S3Server(address, prefix) as running:
+            yield running
+
+
+def launch_args(run, data_dir, *extra, steps=STEPS):
+    return [
+        "--num_workers=2",
+        "--evaluator",
+        f"--timeout_secs={TIMEOUT - 60}",
+        "--",
+        f"--model_dir=s3://bucket/{run}",
+        f"--data_dir={data_dir}",
+        f"--train_steps={steps}",
+        "--save_checkpoints_steps=50",
+        "--log_step_count_steps=10",
+        "--eval_throttle_secs=1",
+        *extra,
+    ]
+
+
+def environment(server, tmp_path):
+    return {**server.env, "ESTIMATOR_DIST_WORK_DIR": str(tmp_path / "work")}
+
+
+def bucket(server, run):
+    """The run's directory at the server, read as the test process."""
+    saved = {name: os.environ.get(name) for name in server.env}
+    os.environ.update(server.env)
+    try:
+        return Remote(f"s3://bucket/{run}")
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def stored_step(remote):
+    text = remote.read(STATE_FILE)
+    latest = parse_state(text)[0] if text else None
+    return int(latest.rsplit("-", 1)[1]) if latest else 0
+
+
+def test_two_workers_and_an_evaluator_train_to_the_end_with_model_dir_on_s3(
+    server, tmp_path, data_dir, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    run = run_module(
+        "estimator_dist.launch",
+        launch_args("whole", data_dir),
+        TIMEOUT,
+        env=environment(server, tmp_path),
+    )
+    assert "remote storage and data reached through a relay" in run.output, report(
+        "relay", run.output
+    )
+    assert not os.path.exists(tmp_path / "s3:"), "the URL was taken for a local path"
+    remote = bucket(server, "whole")
+    names = set(remote.listing())
+    assert stored_step(remote) == STEPS, report("final checkpoint at the URL", run.output)
+    metrics = json.loads(remote.read("eval_metrics.json"))
+    assert metrics["final"] and metrics["metrics"]["global_step"] == STEPS
+    assert json.loads(remote.read("run_record.json"))["num_workers"] == 2
+    for expected in ("logs/launcher.log", "logs/chief.log", "logs/worker-0.log", "graph.pbtxt"):
+        assert expected in names, report(f"{expected} not at the URL: {sorted(names)}", run.output)
+    assert any(n.startswith("eval/events.out.tfevents") for n in names)
+    assert any(n.startswith("events.out.tfevents") for n in names)
+    assert any(n.startswith("export/latest/") and n.endswith("saved_model.pb") for n in names)
+    assert f"final evaluation: global_step={STEPS}" in run.output
+    work = tmp_path / "work" / "s3" / "bucket" / "whole"
+    assert sorted(os.listdir(work)) == ["chief-0", "evaluator-0", "launcher", "worker-0"]
+
+
+def test_a_job_resumes_from_the_bucket_on_machines_that_never_saw_it(server, tmp_path, data_dir):
+    first = run_module(
+        "estimator_dist.train",
+        [
+            "--model_dir=s3://bucket/resume",
+            f"--data_dir={data_dir}",
+            "--train_steps=100",
+            "--save_checkpoints_steps=50",
+            "--nopreemption_checkpoint",
+        ],
+        TIMEOUT,
+        env=environment(server, tmp_path / "first"),
+    )
+    assert stored_step(bucket(server, "resume")) == 100, report("first run", first.output)
+    started = time.monotonic()
+    with Background(
+        "estimator_dist.launch",
+        launch_args("resume", data_dir, steps=200),
+        env=environment(server, tmp_path / "second"),  # Fresh local directories everywhere.
+    ) as launcher:
+        launcher.wait_for_line(
+            r"\[chief\] .*restored model\.ckpt-100 from s3://bucket/resume", TIMEOUT
+        )
+        first_step = launcher.wait_for_line(
+            r"\[chief\] .*ran its first step \(global step (\d+)\)", TIMEOUT
+        )
+        resumed = time.monotonic() - started
+        assert int(first_step.group(1)) == 100, report("resumed step", launcher.output)
+        assert launcher.wait(TIMEOUT) == 0, report("second run", launcher.output)
+    assert stored_step(bucket(server, "resume")) == 200
+    measured("s3_resume", from_step=100, first_step_secs=f"{resumed:.1f}")
+
+
+@pytest.mark.parametrize("fault", ["wrong_credentials", "missing_bucket"])
+def test_fail_before_any_task_trains(server, tmp_path, data_dir, fault):
+    env = environment(server, tmp_path)
+    run_name = "refused"
+    if fault == "wrong_credentials":
+        env["AWS_SECRET_ACCESS_KEY"] = "not-the-key"
+    args = launch_args(run_name, data_dir)
+    if fault == "missing_bucket":
+        args = [a.replace("s3://bucket/", "s3://no-such-bucket/") for a in args]
+    run = run_module("estimator_dist.launch", args, TIMEOUT, env=env, check=False)
+    assert run.returncode == exit_codes.USAGE, run.describe()
+    errors = [line for line in run.output.splitlines() if line.startswith("estimator_dist.launch")]
+    assert len(errors) == 1, run.describe()
+    expected = "refused access" if fault == "wrong_credentials" else "does not exist"
+    assert expected in errors[0], run.describe()
+    assert "started chief" not in run.output and "Traceback" not in run.output
+
+
+def test_a_worker_killed_mid_job_is_restarted_from_the_bucket(server, tmp_path, data_dir):
+    with Background(
+        "estimator_dist.launch",
+        launch_args("worker_killed", data_dir, steps=600),
+        env=environment(server, tmp_path),
+    ) as launcher:
+        launcher.wait_for_line(r"\[chief\] .*uploaded model\.ckpt-[1-9]\d* to", TIMEOUT)
+        os.kill(started_pids(launcher.output, "worker-0")[-1], signal.SIGKILL)
+        killed = time.monotonic()
+        restart = launcher.wait_for_line(
+            r"restarting the whole cluster from checkpoint step (\d+)", TIMEOUT
+        )
+        detected = time.monotonic() - killed
+        assert launcher.wait(TIMEOUT) == 0, report("job after the kill", launcher.output)
+    lost = re.search(r"(\d+) step\(s\) lost", launcher.output)
+    assert stored_step(bucket(server, "worker_killed")) == 600
+    measured(
+        "s3_worker_killed",
+        restart_from=restart.group(1),
+        restart_secs=f"{detected:.1f}",
+        steps_lost=lost.group(1) if lost else "?",
+    )
+
+
+def test_the_chief_killed_during_an_upload_leaves_the_previous_checkpoint_usable(
+    server, tmp_path, data_dir
+):
+    remote = bucket(server, "chief_killed")
+    chief_dir = tmp_path / "work" / "s3" / "bucket" / "chief_killed" / "chief-0"
+    with Background(
+        "estimator_dist.launch",
+        launch_args("chief_killed", data_dir, steps=600),
+        env=environment(server, tmp_path),
+    ) as launcher:
+        launcher.wait_for_line(r"\[chief\] .*uploaded model\.ckpt-[1-9]\d* to", TIMEOUT)
+        before = stored_step(remote)
+        with server.paused():  # The next upload starts and cannot finish.
+            deadline = time.monotonic() + 120
+            while _local_step(chief_dir) <= before:
+                assert time.monotonic() < deadline, report(
+                    "no newer local checkpoint", launcher.output
+                )
+                time.sleep(0.1)
+            time.sleep(1.0)  # The chief's upload thread polls every 0.5 s: it is now sending.
+            os.kill(started_pids(launcher.output, "chief")[-1], signal.SIGKILL)
+        restart = launcher.wait_for_line(
+            r"restarting the whole cluster from checkpoint step (\d+)", TIMEOUT
+        )
+        assert int(restart.group(1)) == before, report("restart step", launcher.output)
+        launcher.wait_for_line(rf"\[worker-0\] .*restored model\.ckpt-{before} from", TIMEOUT)
+        assert launcher.wait(TIMEOUT) == 0, report("job after the kill", launcher.output)
+    assert stored_step(remote) == 600
+    measured(
+        "s3_chief_killed_in_upload", stored_before=before, local_at_kill=_local_step(chief_dir)
+    )
+
+
+def _local_step(directory):
+    path = os.path.join(directory, STATE_FILE)
+    if not os.path.exists(path):
+        return 0
+    with open(path, "rb") as stream:
+        latest = parse_state(stream.read())[0]
+    return int(latest.rsplit("-", 1)[1]) if latest else 0
+
+
+def test_the_storage_stopped_for_20_s_mid_job_loses_nothing(server, tmp_path, data_dir):
+    started = time.monotonic()
+    with Background(
+        "estimator_dist.launch",
+        launch_args("paused", data_dir, steps=600),
+        env=environment(server, tmp_path),
+    ) as launcher:
+        launcher.wait_for_line(r"\[chief\] .*uploaded model\.ckpt-[1-9]\d* to", TIMEOUT)
+        with server.paused():
+            time.sleep(20)  # The fault itself: the storage answers nothing for 20 s.
+        assert launcher.wait(TIMEOUT) == 0, report("job after the pause", launcher.output)
+    restarts = len(re.findall(r"restarting the whole cluster", launcher.output))
+    assert stored_step(bucket(server, "paused")) == 600
+    assert "final evaluation: global_step=600" in launcher.output
+    measured("s3_paused_20s", restarts=restarts, job_secs=f"{time.monotonic() - started:.1f}")
+
+
+def test_a_sagemaker_job_with_model_dir_on_s3_from_its_hyperparameters(server, tmp_path, data_dir):
+    from tests.estimator_dist.platforms_test import local, sagemaker_mwms
+
+    workers = local(2)
+    hosts = ["algo-1", "algo-2"]
+    environments = {
+        host: {
+            **environment(server, tmp_path / host),  # Each host its own disk.
+            "TF_CONFIG": sagemaker_mwms(workers, index),
+            "SM_HOSTS": json.dumps(hosts, separators=(",", ":")),
+            "SM_CURRENT_HOST": host,
+            "SM_FRAMEWORK_PARAMS": '{"sagemaker_multi_worker_mirrored_strategy_enabled":true}',
+        }
+        for index, host in enumerate(hosts)
+    }
+    # SageMaker passes hyperparameters as `--name value`.
+    args = [
+        "--model_dir",
+        "s3://bucket/sagemaker",
+        f"--data_dir={data_dir}",
+        "--train_steps=100",
+        "--save_checkpoints_steps=50",
+    ]
+    with tasks(environments, args) as procs:
+        codes = wait_all(procs, hosts, TIMEOUT)
+        assert codes == {host: 0 for host in hosts}, report(f"exit codes {codes}", procs)
+    remote = bucket(server, "sagemaker")
+    assert stored_step(remote) == 100
+    record = json.loads(remote.read("run_record.json"))
+    assert (record["role"], record["num_workers"]) == ("chief-0", 2)
