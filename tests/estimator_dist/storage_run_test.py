@@ -58,18 +58,17 @@ def environment(server, tmp_path):
     return {**server.env, "ESTIMATOR_DIST_WORK_DIR": str(tmp_path / "work")}
 
 
-def bucket(server, run):
-    """The run's directory at the server, read as the test process."""
-    saved = {name: os.environ.get(name) for name in server.env}
-    os.environ.update(server.env)
-    try:
-        return Remote(f"s3://bucket/{run}")
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+def bucket(run):
+    """The run's directory at the server, as the test reads it (`aws` sets its variables)."""
+    return Remote(f"s3://bucket/{run}")
+
+
+@pytest.fixture
+def aws(server, monkeypatch):
+    """This process reaches the server too: AWS's variables for the test's own reads."""
+    for name, value in server.env.items():
+        monkeypatch.setenv(name, value)
+    return server
 
 
 def stored_step(remote):
@@ -79,7 +78,7 @@ def stored_step(remote):
 
 
 def test_two_workers_and_an_evaluator_train_to_the_end_with_model_dir_on_s3(
-    server, tmp_path, data_dir, monkeypatch
+    server, aws, tmp_path, data_dir, monkeypatch
 ):
     monkeypatch.chdir(tmp_path)
     run = run_module(
@@ -92,7 +91,7 @@ def test_two_workers_and_an_evaluator_train_to_the_end_with_model_dir_on_s3(
         "relay", run.output
     )
     assert not os.path.exists(tmp_path / "s3:"), "the URL was taken for a local path"
-    remote = bucket(server, "whole")
+    remote = bucket("whole")
     names = set(remote.listing())
     assert stored_step(remote) == STEPS, report("final checkpoint at the URL", run.output)
     metrics = json.loads(remote.read("eval_metrics.json"))
@@ -108,7 +107,9 @@ def test_two_workers_and_an_evaluator_train_to_the_end_with_model_dir_on_s3(
     assert sorted(os.listdir(work)) == ["chief-0", "evaluator-0", "launcher", "worker-0"]
 
 
-def test_a_job_resumes_from_the_bucket_on_machines_that_never_saw_it(server, tmp_path, data_dir):
+def test_a_job_resumes_from_the_bucket_on_machines_that_never_saw_it(
+    server, aws, tmp_path, data_dir
+):
     first = run_module(
         "estimator_dist.train",
         [
@@ -121,7 +122,7 @@ def test_a_job_resumes_from_the_bucket_on_machines_that_never_saw_it(server, tmp
         TIMEOUT,
         env=environment(server, tmp_path / "first"),
     )
-    assert stored_step(bucket(server, "resume")) == 100, report("first run", first.output)
+    assert stored_step(bucket("resume")) == 100, report("first run", first.output)
     started = time.monotonic()
     with Background(
         "estimator_dist.launch",
@@ -137,7 +138,7 @@ def test_a_job_resumes_from_the_bucket_on_machines_that_never_saw_it(server, tmp
         resumed = time.monotonic() - started
         assert int(first_step.group(1)) == 100, report("resumed step", launcher.output)
         assert launcher.wait(TIMEOUT) == 0, report("second run", launcher.output)
-    assert stored_step(bucket(server, "resume")) == 200
+    assert stored_step(bucket("resume")) == 200
     measured("s3_resume", from_step=100, first_step_secs=f"{resumed:.1f}")
 
 
@@ -159,11 +160,11 @@ def test_fail_before_any_task_trains(server, tmp_path, data_dir, fault):
     assert "started chief" not in run.output and "Traceback" not in run.output
 
 
-def test_a_worker_killed_mid_job_is_restarted_from_the_bucket(server, tmp_path, data_dir):
+def test_a_worker_killed_mid_job_is_restarted_from_the_bucket(server, aws, tmp_path, data_dir):
     with Background(
         "estimator_dist.launch",
         launch_args("worker_killed", data_dir, steps=600),
-        env=environment(server, tmp_path),
+        env=environment(server, aws, tmp_path),
     ) as launcher:
         launcher.wait_for_line(r"\[chief\] .*uploaded model\.ckpt-[1-9]\d* to", TIMEOUT)
         os.kill(started_pids(launcher.output, "worker-0")[-1], signal.SIGKILL)
@@ -174,7 +175,7 @@ def test_a_worker_killed_mid_job_is_restarted_from_the_bucket(server, tmp_path, 
         detected = time.monotonic() - killed
         assert launcher.wait(TIMEOUT) == 0, report("job after the kill", launcher.output)
     lost = re.search(r"(\d+) step\(s\) lost", launcher.output)
-    assert stored_step(bucket(server, "worker_killed")) == 600
+    assert stored_step(bucket("worker_killed")) == 600
     measured(
         "s3_worker_killed",
         restart_from=restart.group(1),
@@ -184,9 +185,9 @@ def test_a_worker_killed_mid_job_is_restarted_from_the_bucket(server, tmp_path, 
 
 
 def test_the_chief_killed_during_an_upload_leaves_the_previous_checkpoint_usable(
-    server, tmp_path, data_dir
+    server, aws, tmp_path, data_dir
 ):
-    remote = bucket(server, "chief_killed")
+    remote = bucket("chief_killed")
     chief_dir = tmp_path / "work" / "s3" / "bucket" / "chief_killed" / "chief-0"
     with Background(
         "estimator_dist.launch",
@@ -225,7 +226,7 @@ def _local_step(directory):
     return int(latest.rsplit("-", 1)[1]) if latest else 0
 
 
-def test_the_storage_stopped_for_20_s_mid_job_loses_nothing(server, tmp_path, data_dir):
+def test_the_storage_stopped_for_20_s_mid_job_loses_nothing(server, aws, tmp_path, data_dir):
     started = time.monotonic()
     with Background(
         "estimator_dist.launch",
@@ -237,12 +238,14 @@ def test_the_storage_stopped_for_20_s_mid_job_loses_nothing(server, tmp_path, da
             time.sleep(20)  # The fault itself: the storage answers nothing for 20 s.
         assert launcher.wait(TIMEOUT) == 0, report("job after the pause", launcher.output)
     restarts = len(re.findall(r"restarting the whole cluster", launcher.output))
-    assert stored_step(bucket(server, "paused")) == 600
+    assert stored_step(bucket("paused")) == 600
     assert "final evaluation: global_step=600" in launcher.output
     measured("s3_paused_20s", restarts=restarts, job_secs=f"{time.monotonic() - started:.1f}")
 
 
-def test_a_sagemaker_job_with_model_dir_on_s3_from_its_hyperparameters(server, tmp_path, data_dir):
+def test_a_sagemaker_job_with_model_dir_on_s3_from_its_hyperparameters(
+    server, aws, tmp_path, data_dir
+):
     from tests.estimator_dist.platforms_test import local, sagemaker_mwms
 
     workers = local(2)
@@ -268,7 +271,7 @@ def test_a_sagemaker_job_with_model_dir_on_s3_from_its_hyperparameters(server, t
     with tasks(environments, args) as procs:
         codes = wait_all(procs, hosts, TIMEOUT)
         assert codes == {host: 0 for host in hosts}, report(f"exit codes {codes}", procs)
-    remote = bucket(server, "sagemaker")
+    remote = bucket("sagemaker")
     assert stored_step(remote) == 100
     record = json.loads(remote.read("run_record.json"))
     assert (record["role"], record["num_workers"]) == ("chief-0", 2)
