@@ -131,6 +131,7 @@ def script_plan(config: ScriptConfig, script: Optional[str], script_args: Sequen
             "'--', and give the program the same directory."
         )
     config = dataclasses.replace(config, model_dir=model_dir)
+    JobResults(model_dir, config.storage).check()  # Credentials and bucket, before any task.
     verdict, _, found = program_report(script, config.module, config.package_path)
     return Plan(
         script_lib.PROGRAM,
@@ -144,4 +145,5 @@ def script_plan(config: ScriptConfig, script: Optional[str], script_args: Sequen
             *pitfalls.format_report(found).splitlines(),
         ),
         config.preemption_grace_secs + 5,
+        config.storage,
     )

@@ -16,6 +16,7 @@ the package's exit codes.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import tempfile
@@ -102,6 +103,9 @@ class ScriptTask:
         self.original_train_and_evaluate: Optional[Callable] = None
         #: The heartbeat the first training call started; later calls go on with it.
         self._heartbeat: Optional[Heartbeat] = None
+        # --- storage (issue 35): --model_dir as every task names it (a URL for object storage).
+        self._named_model_dir = config.model_dir
+        # --- end storage
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -118,6 +122,12 @@ class ScriptTask:
             return self.train_and_evaluate(original, estimator, train_spec, eval_spec)
 
         with contextlib.ExitStack() as stack:
+            # --- storage (issue 35): a job whose results live at a URL trains in a local
+            # model_dir kept in step with it; estimators the program gives the URL get it.
+            local = stack.enter_context(self._storage())
+            if local != self._named_model_dir:
+                init = _routed(init, self._named_model_dir, local)
+            # --- end storage
             for holder in holders_of(original):
                 swap(stack, holder, "train_and_evaluate", train_and_evaluate)
             for method, looped in (
@@ -139,6 +149,30 @@ class ScriptTask:
             for owner, name in rmtrees():
                 swap(stack, owner, name, routed(getattr(owner, name), self.loop.rmtree))
             yield
+
+    # --- storage (issue 35)
+    @contextlib.contextmanager
+    def _storage(self) -> Iterator[Optional[str]]:
+        """The local model_dir for this task (`estimator_dist.storage.task.task_storage`)."""
+        from estimator_dist.base import files
+        from estimator_dist.guards.preemption import PREEMPTION_DIR
+        from estimator_dist.programs.loop import LOOP_DIR
+        from estimator_dist.storage.task import task_storage
+
+        named, config, cluster = self._named_model_dir, self._config, self._cluster
+        if named is None:
+            yield None
+            return
+        shared = (PREEMPTION_DIR, files.LAST_STEP_FILE, LOOP_DIR)
+        with task_storage(named, config.storage, cluster.role, cluster.task_type, shared) as local:
+            if local != named:
+                self._config = dataclasses.replace(config, model_dir=local)
+            try:
+                yield local
+            finally:
+                self._config = config
+
+    # --- end storage
 
     def _guard(self, call: Callable, looped: Callable) -> Callable:
         """An `Estimator` method that `looped` runs on a cluster, outside train_and_evaluate."""
@@ -204,7 +238,7 @@ class ScriptTask:
         settle_for_task(self._cluster, model_dir, config.startup_timeout)
         full = {
             "cluster": {name: list(ports) for name, ports in self._cluster.jobs.items()},
-            "model_dir": model_dir,
+            "model_dir": self._named_model_dir or model_dir,  # The same on every task.
             "script": os.path.basename(config.path),
             "script_args": list(config.args),
             "tensorflow": tf.__version__,
@@ -272,7 +306,7 @@ class ScriptTask:
             )
             self._heartbeat = start_heartbeat(
                 cluster,
-                model_dir,
+                self._named_model_dir or model_dir,  # Storage (issue 35): the job's own name.
                 self._attempt,
                 config.heartbeat_timeout,
                 preemption,
@@ -441,6 +475,29 @@ class ScriptTask:
 
 #: Steps between two `Progress` events of a script whose RunConfig logs no step count.
 DEFAULT_PROGRESS_STEPS = 100
+
+
+# --- storage (issue 35)
+def _routed(init: Callable, named: Optional[str], local: str) -> Callable:
+    """Wraps `Estimator.__init__`: a model_dir of `named` (the job's URL) becomes `local`."""
+    import inspect
+
+    signature = inspect.signature(init)
+
+    @functools.wraps(init)
+    def __init__(estimator: Any, *args: Any, **kwargs: Any) -> None:
+        bound = signature.bind(estimator, *args, **kwargs)
+        config = bound.arguments.get("config")
+        if bound.arguments.get("model_dir") == named:
+            bound.arguments["model_dir"] = local
+        if config is not None and getattr(config, "model_dir", None) == named:
+            bound.arguments["config"] = config.replace(model_dir=local)
+        init(*bound.args, **bound.kwargs)
+
+    return __init__
+
+
+# --- end storage
 
 
 def progress_reporter(last_step: Optional[int], every_n_steps: int) -> Any:
