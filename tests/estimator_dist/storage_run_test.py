@@ -97,7 +97,7 @@ def test_two_workers_and_an_evaluator_train_to_the_end_with_model_dir_on_s3(
     metrics = json.loads(remote.read("eval_metrics.json"))
     assert metrics["final"] and metrics["metrics"]["global_step"] == STEPS
     assert json.loads(remote.read("run_record.json"))["num_workers"] == 2
-    for expected in ("logs/launcher.log", "logs/chief.log", "logs/worker-0.log", "graph.pbtxt"):
+    for expected in ("logs/launcher.log", "logs/chief-0.log", "logs/worker-0.log", "graph.pbtxt"):
         assert expected in names, report(f"{expected} not at the URL: {sorted(names)}", run.output)
     assert any(n.startswith("eval/events.out.tfevents") for n in names)
     assert any(n.startswith("events.out.tfevents") for n in names)
@@ -275,3 +275,52 @@ def test_a_sagemaker_job_with_model_dir_on_s3_from_its_hyperparameters(
     assert stored_step(remote) == 100
     record = json.loads(remote.read("run_record.json"))
     assert (record["role"], record["num_workers"]) == ("chief-0", 2)
+
+
+def test_a_ray_cluster_of_three_nodes_with_no_shared_directory(server, aws, tmp_path, data_dir):
+    """Each task on its own Ray node, working in its own directory; results only at the URL."""
+    pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    work = tmp_path / "ray-work"
+    saved = dict(os.environ)
+    os.environ.update(environment(server, tmp_path), ESTIMATOR_DIST_WORK_DIR=str(work))
+    try:  # The nodes' processes inherit this environment, as a cloud machine has its own.
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+        for _ in range(2):
+            cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    try:
+        run = run_module(
+            "estimator_dist.launch",
+            [
+                "--engine=ray",
+                f"--ray_address={cluster.address}",
+                "--num_workers=2",
+                "--evaluator",
+                f"--timeout_secs={TIMEOUT - 60}",
+                "--",
+                "--model_dir=s3://bucket/ray",
+                f"--data_dir={data_dir}",
+                "--train_steps=200",
+                "--save_checkpoints_steps=50",
+                "--eval_throttle_secs=1",
+            ],
+            TIMEOUT,
+            env=environment(server, tmp_path / "driver"),
+        )
+    finally:
+        cluster.shutdown()
+    nodes = set(
+        re.findall(r"\[launcher\] Ray: \S+ on Ray node \S+ \(node ([0-9a-f]{8})\)", run.output)
+    )
+    assert len(nodes) == 3, report(f"tasks on nodes {nodes}", run.output)
+    remote = bucket("ray")
+    assert stored_step(remote) == 200, report("final checkpoint at the URL", run.output)
+    assert json.loads(remote.read("eval_metrics.json"))["metrics"]["global_step"] == 200
+    assert "final evaluation: global_step=200" in run.output
+    tasks_dirs = sorted(os.listdir(work / "s3" / "bucket" / "ray"))
+    assert tasks_dirs == ["chief-0", "evaluator-0", "worker-0"], tasks_dirs
