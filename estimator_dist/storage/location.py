@@ -94,10 +94,10 @@ class Placement:
 
     def local_dir(self, role: str) -> str:
         """The directory the task `role` gives TensorFlow as its model_dir."""
+        root = self.work_root or self.model_dir
         if not self.synced:
             return self.model_dir
-        assert self.work_root is not None  # Set with `url`, by `place`.
-        return os.path.join(self.work_root, role) if self.per_task else self.work_root
+        return os.path.join(root, role) if self.per_task else root
 
 
 def place(model_dir: str, storage: Optional[str], work_dir: Optional[str] = None) -> Placement:
@@ -133,7 +133,6 @@ def place(model_dir: str, storage: Optional[str], work_dir: Optional[str] = None
 
 def _key(url: str) -> str:
     """A relative path naming `url`: `s3://bucket/run1` is `s3/bucket/run1`."""
-    found = _URL.match(url.rstrip("/"))
-    assert found is not None
-    parts = [found.group(1).lower(), *[p for p in found.group(2).split("/") if p]]
+    scheme_, _, rest = url.rstrip("/").partition("://")
+    parts = [scheme_.lower(), *[p for p in rest.split("/") if p]]
     return os.path.join(*[re.sub(r"[^A-Za-z0-9._=-]", "_", p) for p in parts if p not in ("..",)])

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from typing import Iterator, List, Optional, Sequence
 
 from absl import logging
@@ -88,8 +89,7 @@ def task_storage(
     if not placement.synced:
         yield model_dir
         return
-    url, local, kind = placement.url, placement.local_dir(role), task_kind(task_type)
-    assert url is not None  # `synced` says so.
+    url, local, kind = placement.url or model_dir, placement.local_dir(role), task_kind(task_type)
     os.makedirs(local, exist_ok=True)
     check_access(url, role)
     restored = None
@@ -119,7 +119,12 @@ def _finish(loops: Sequence[sync._Loop], url: str, secs: float, raise_late: bool
     for loop in loops:
         if isinstance(loop, sync.Fetcher):
             loop.stop()
-    late = [loop for loop in loops if loop.is_alive() and not loop.flush(secs)]
+    deadline = time.monotonic() + secs
+    late = [
+        loop
+        for loop in loops
+        if loop.is_alive() and not loop.flush(max(0.0, deadline - time.monotonic()))
+    ]
     for loop in loops:
         loop.stop()
     if late:
