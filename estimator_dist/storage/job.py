@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from typing import Optional
 
 from estimator_dist.base import files
+from estimator_dist.base.errors import StorageUnreachableError
 from estimator_dist.storage import sync
 from estimator_dist.storage.location import place
-from estimator_dist.storage.remote import Remote, check_access
+from estimator_dist.storage.remote import UNREACHABLE, Remote, check_access, one_line
 
 #: The role whose directory the launcher keeps logs in, for a URL model_dir.
 LAUNCHER = "launcher"
+#: Longest the launcher retries a read at the URL (a storage briefly away) before it gives up.
+READ_SECS = 120.0
 
 
 class JobResults:
@@ -69,7 +73,7 @@ class JobResults:
         """The global step of the latest checkpoint of the job, 0 if none."""
         if not self.synced:
             return files.checkpoint_step(self.where)
-        text = self._at_url().read(sync.STATE_FILE)
+        text = self._read(sync.STATE_FILE)
         latest = sync.parse_state(text)[0] if text else None
         return int(latest.rsplit("-", 1)[1]) if latest else 0
 
@@ -79,12 +83,30 @@ class JobResults:
             return files.read_final_metrics(self.where)
         import json
 
-        text = self._at_url().read(files.METRICS_FILE)
+        text = self._read(files.METRICS_FILE)
         try:
             record = json.loads(text) if text else None
         except ValueError:
             return None
         return record.get("metrics") if isinstance(record, dict) and record.get("final") else None
+
+    def _read(self, relative: str) -> Optional[bytes]:
+        """The object `relative` at the URL, retried while the storage does not answer.
+
+        Raises:
+          StorageUnreachableError: after `READ_SECS` of failures (exit 160).
+        """
+        deadline, pause = time.monotonic() + READ_SECS, 1.0
+        while True:
+            try:
+                return self._at_url().read(relative)
+            except Exception as error:  # Each library has its own connection errors.
+                if time.monotonic() + pause > deadline:
+                    raise StorageUnreachableError(
+                        UNREACHABLE.format(url=self.where, detail=one_line(error))
+                    ) from None
+                time.sleep(pause)
+                pause = min(2 * pause, 15.0)
 
     def remove(self, relative: str) -> None:
         """Removes the file or directory `relative` of the job's results."""

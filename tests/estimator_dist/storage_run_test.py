@@ -205,6 +205,7 @@ def test_the_chief_killed_during_an_upload_leaves_the_previous_checkpoint_usable
                 time.sleep(0.1)
             time.sleep(1.0)  # The chief's upload thread polls every 0.5 s: it is now sending.
             os.kill(started_pids(launcher.output, "chief")[-1], signal.SIGKILL)
+            at_kill = _local_step(chief_dir)
         restart = launcher.wait_for_line(
             r"restarting the whole cluster from checkpoint step (\d+)", TIMEOUT
         )
@@ -212,8 +213,12 @@ def test_the_chief_killed_during_an_upload_leaves_the_previous_checkpoint_usable
         launcher.wait_for_line(rf"\[worker-0\] .*restored model\.ckpt-{before} from", TIMEOUT)
         assert launcher.wait(TIMEOUT) == 0, report("job after the kill", launcher.output)
     assert stored_step(remote) == 600
+    lost = re.search(r"(\d+) step\(s\) lost", launcher.output)
     measured(
-        "s3_chief_killed_in_upload", stored_before=before, local_at_kill=_local_step(chief_dir)
+        "s3_chief_killed_in_upload",
+        stored_before=before,
+        local_at_kill=at_kill,
+        steps_lost=lost.group(1) if lost else "?",
     )
 
 
