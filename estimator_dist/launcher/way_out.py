@@ -91,8 +91,9 @@ def route_through(proxy: str, environ: Optional[dict] = None) -> None:
     environ = os.environ if environ is None else environ
     for name in PROXY_VARIABLES:
         environ[name] = proxy
+    given = [h for n in ("NO_PROXY", "no_proxy") for h in environ.get(n, "").split(",") if h]
+    kept = [h for h in dict.fromkeys(given) if h not in DIRECT]
     for name in ("NO_PROXY", "no_proxy"):
-        kept = [h for h in environ.get(name, "").split(",") if h and h not in DIRECT]
         environ[name] = ",".join([*DIRECT, *kept])
 
 
