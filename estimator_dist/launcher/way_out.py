@@ -119,7 +119,10 @@ def _relay_main(pair: socket.socket) -> None:
 
 def _serve(listener: socket.socket) -> None:
     while True:
-        client, _ = listener.accept()
+        try:
+            client, _ = listener.accept()
+        except OSError:  # Closed: the relay is ending.
+            return
         threading.Thread(target=_proxy, args=(client,), daemon=True).start()
 
 
