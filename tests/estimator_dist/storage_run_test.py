@@ -329,3 +329,30 @@ def test_a_ray_cluster_of_three_nodes_with_no_shared_directory(server, aws, tmp_
     assert "final evaluation: global_step=200" in run.output
     tasks_dirs = sorted(os.listdir(work / "s3" / "bucket" / "ray"))
     assert tasks_dirs == ["chief-0", "evaluator-0", "worker-0"], tasks_dirs
+
+
+def test_a_whole_program_given_an_s3_model_dir(server, aws, tmp_path):
+    """A legacy script's Estimator(model_dir=args.model_dir) trains with an s3:// URL."""
+    script = os.path.join(
+        os.path.dirname(__file__), "..", "legacy", "scripts", "migration_guide_tf1.py"
+    )
+    run = run_module(
+        "estimator_dist.launch",
+        [
+            "--num_workers=2",
+            "--evaluator",
+            f"--script={os.path.abspath(script)}",
+            "--communication=RING",
+            f"--timeout_secs={TIMEOUT - 60}",
+            "--",
+            "--model_dir=s3://bucket/script",
+            "--max_steps=200",
+        ],
+        TIMEOUT,
+        env=environment(server, tmp_path),
+    )
+    remote = bucket("script")
+    assert stored_step(remote) == 200, report("final checkpoint at the URL", run.output)
+    assert json.loads(remote.read("eval_metrics.json"))["final"]
+    assert "[launcher] final evaluation: global_step=200" in run.output
+    assert not os.path.exists(os.path.join(os.getcwd(), "s3:"))
