@@ -163,10 +163,11 @@ def test_fail_before_any_task_trains(server, tmp_path, data_dir, fault):
 def test_a_worker_killed_mid_job_is_restarted_from_the_bucket(server, aws, tmp_path, data_dir):
     with Background(
         "estimator_dist.launch",
-        launch_args("worker_killed", data_dir, steps=600),
+        launch_args("worker_killed", data_dir, steps=2000),
         env=environment(server, aws, tmp_path),
     ) as launcher:
-        launcher.wait_for_line(r"\[chief\] .*uploaded model\.ckpt-[1-9]\d* to", TIMEOUT)
+        # The first checkpoint (step 0) is uploaded at the first step: 2,000 steps remain.
+        launcher.wait_for_line(r"\[chief\] .*uploaded model\.ckpt-0 to", TIMEOUT)
         os.kill(started_pids(launcher.output, "worker-0")[-1], signal.SIGKILL)
         killed = time.monotonic()
         restart = launcher.wait_for_line(
@@ -175,7 +176,7 @@ def test_a_worker_killed_mid_job_is_restarted_from_the_bucket(server, aws, tmp_p
         detected = time.monotonic() - killed
         assert launcher.wait(TIMEOUT) == 0, report("job after the kill", launcher.output)
     lost = re.search(r"(\d+) step\(s\) lost", launcher.output)
-    assert stored_step(bucket("worker_killed")) == 600
+    assert stored_step(bucket("worker_killed")) == 2000
     measured(
         "s3_worker_killed",
         restart_from=restart.group(1),
@@ -194,24 +195,27 @@ def test_the_chief_killed_during_an_upload_leaves_the_previous_checkpoint_usable
         launch_args("chief_killed", data_dir, steps=600),
         env=environment(server, tmp_path),
     ) as launcher:
-        launcher.wait_for_line(r"\[chief\] .*uploaded model\.ckpt-[1-9]\d* to", TIMEOUT)
-        before = stored_step(remote)
-        with server.paused():  # The next upload starts and cannot finish.
-            deadline = time.monotonic() + 120
-            while _local_step(chief_dir) <= before:
-                assert time.monotonic() < deadline, report(
-                    "no newer local checkpoint", launcher.output
-                )
+        launcher.wait_for_line(r"\[chief\] .*uploaded model\.ckpt-0 to", TIMEOUT)
+        with server.paused():
+            # Training goes on; the uploads wait, and the chief cannot end before they are done.
+            deadline = time.monotonic() + TIMEOUT
+            while _local_step(chief_dir) < 100:
+                assert time.monotonic() < deadline, report("no local checkpoint", launcher.output)
                 time.sleep(0.1)
-            time.sleep(1.0)  # The chief's upload thread polls every 0.5 s: it is now sending.
+            time.sleep(1.0)  # The upload thread polls every 0.5 s: it is now sending one.
             os.kill(started_pids(launcher.output, "chief")[-1], signal.SIGKILL)
             at_kill = _local_step(chief_dir)
         restart = launcher.wait_for_line(
             r"restarting the whole cluster from checkpoint step (\d+)", TIMEOUT
         )
-        assert int(restart.group(1)) == before, report("restart step", launcher.output)
-        launcher.wait_for_line(rf"\[worker-0\] .*restored model\.ckpt-{before} from", TIMEOUT)
+        before = int(restart.group(1))
+        assert before < at_kill, report(f"restart at {before}, local at {at_kill}", launcher.output)
         assert launcher.wait(TIMEOUT) == 0, report("job after the kill", launcher.output)
+    after = launcher.output.split(restart.group(0), 1)[1]
+    for task in ("chief", "worker-0"):  # Every task of the new attempt restores the bucket's.
+        assert re.search(rf"\[{task}\] .*restored model\.ckpt-{before} from", after), report(
+            f"{task} did not restore model.ckpt-{before}", launcher.output
+        )
     assert stored_step(remote) == 600
     lost = re.search(r"(\d+) step\(s\) lost", launcher.output)
     measured(
@@ -238,7 +242,7 @@ def test_the_storage_stopped_for_20_s_mid_job_loses_nothing(server, aws, tmp_pat
         launch_args("paused", data_dir, steps=600),
         env=environment(server, tmp_path),
     ) as launcher:
-        launcher.wait_for_line(r"\[chief\] .*uploaded model\.ckpt-[1-9]\d* to", TIMEOUT)
+        launcher.wait_for_line(r"\[chief\] .*uploaded model\.ckpt-0 to", TIMEOUT)
         with server.paused():
             time.sleep(20)  # The fault itself: the storage answers nothing for 20 s.
         assert launcher.wait(TIMEOUT) == 0, report("job after the pause", launcher.output)
