@@ -164,7 +164,7 @@ def test_a_worker_killed_mid_job_is_restarted_from_the_bucket(server, aws, tmp_p
     with Background(
         "estimator_dist.launch",
         launch_args("worker_killed", data_dir, steps=2000),
-        env=environment(server, aws, tmp_path),
+        env=environment(server, tmp_path),
     ) as launcher:
         # The first checkpoint (step 0) is uploaded at the first step: 2,000 steps remain.
         launcher.wait_for_line(r"\[chief\] .*uploaded model\.ckpt-0 to", TIMEOUT)
