@@ -360,3 +360,27 @@ def test_a_whole_program_given_an_s3_model_dir(server, aws, tmp_path):
     assert json.loads(remote.read("eval_metrics.json"))["final"]
     assert "[launcher] final evaluation: global_step=200" in run.output
     assert not os.path.exists(os.path.join(os.getcwd(), "s3:"))
+
+
+def test_sigterm_stops_every_task_at_one_step_whose_checkpoint_reaches_the_bucket(
+    server, aws, tmp_path, data_dir
+):
+    """The preemption requests and decision travel through the bucket: no step is lost."""
+    args = launch_args("sigterm", data_dir, steps=100000)
+    args[args.index("--save_checkpoints_steps=50")] = "--save_checkpoints_steps=1000000"
+    with Background("estimator_dist.launch", args, env=environment(server, tmp_path)) as launcher:
+        launcher.wait_for_line(r"\[chief\] .*uploaded model\.ckpt-0 to", TIMEOUT)
+        launcher.wait_for_line(r"^\[chief\] .*loss = ", TIMEOUT)
+        launcher.process.terminate()
+        sent = time.monotonic()
+        code = launcher.wait(TIMEOUT)
+        elapsed = time.monotonic() - sent
+    output = launcher.output
+    assert code == 143, report(f"exit {code}", output)
+    stop = int(re.search(r"every task stops at global step (\d+)", output).group(1))
+    # Both training tasks stopped at the chief's step (none ran past it into a lone collective).
+    stopped = f"failed (exit 155): stopped for a preemption at global step {stop}"
+    assert output.count(stopped) >= 2, report("tasks that stopped at the step", output)
+    assert stored_step(bucket("sigterm")) == stop, report("the bucket's checkpoint", output)
+    assert f"the latest checkpoint is at step {stop}" in output
+    measured("s3_sigterm", stop_step=stop, exit_secs=f"{elapsed:.2f}")
