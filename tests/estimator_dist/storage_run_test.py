@@ -166,8 +166,9 @@ def test_a_worker_killed_mid_job_is_restarted_from_the_bucket(server, aws, tmp_p
         launch_args("worker_killed", data_dir, steps=2000),
         env=environment(server, tmp_path),
     ) as launcher:
-        # The first checkpoint (step 0) is uploaded at the first step: 2,000 steps remain.
-        launcher.wait_for_line(r"\[chief\] .*uploaded model\.ckpt-0 to", TIMEOUT)
+        # Past the checkpoints of steps 0, 50...200, and 1,750 steps before the end.
+        while int(launcher.wait_for_line(r"\[chief\] .*step = (\d+)/2000", TIMEOUT)[1]) < 250:
+            pass
         os.kill(started_pids(launcher.output, "worker-0")[-1], signal.SIGKILL)
         killed = time.monotonic()
         restart = launcher.wait_for_line(
