@@ -178,3 +178,23 @@ def test_fail_with_a_server_that_does_not_answer(aws, monkeypatch):
         check_access("s3://bucket/run1", "chief-0")
     assert str(raised.value).startswith("s3://bucket/run1: the storage cannot be reached (")
     assert raised.value.exit_code == 160
+
+
+def test_the_launcher_reads_the_step_and_final_metrics_at_the_url(aws, tmp_path):
+    from estimator_dist.storage.job import JobResults
+
+    results = JobResults("s3://bucket/launcher", work_dir=str(tmp_path))
+    assert results.synced and results.local_dir == str(tmp_path / "s3/bucket/launcher/launcher")
+    assert (results.checkpoint_step(), results.final_metrics()) == (0, None)
+    remote = Remote("s3://bucket/launcher")
+    remote.write(sync.STATE_FILE, sync.state_text("model.ckpt-40", ["model.ckpt-40"]))
+    remote.write("eval_metrics.json", b'{"final": true, "metrics": {"global_step": 40}}')
+    remote.write("preemption/decision.json", b"{}")
+    assert (results.checkpoint_step(), results.final_metrics()) == (40, {"global_step": 40})
+    results.remove("preemption")
+    assert remote.listing("preemption") == {}
+    os.makedirs(os.path.join(results.local_dir, "logs"))
+    with open(os.path.join(results.local_dir, "logs", "chief-0.log"), "w") as stream:
+        stream.write("a task's log\n")
+    results.upload_logs()
+    assert remote.read("logs/chief-0.log") == b"a task's log\n"
