@@ -52,7 +52,7 @@ def _train(model_dir: str, data_dir: str, steps: int, env: dict) -> str:
     ).stdout
 
 
-def measure(rounds: int, steps: int = 1000) -> dict:
+def measure(rounds: int, steps: int = 10000) -> dict:
     """Rates with local and S3 model_dirs, their ratio, and the time to resume from S3."""
     from input_fns import prepare_input
     from tests.s3_server import S3Server
