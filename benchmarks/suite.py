@@ -384,7 +384,7 @@ def run_suite(
         "engines": lambda: engines.section(settings, engines.measure),
         "precision": lambda: precision_section.section(settings, settings.quick, measure_fn),
         "storage": lambda: storage_section.measure(
-            settings.rounds, 600 if settings.quick else 1000
+            settings.rounds, 3000 if settings.quick else 10000
         ),
     }
     for name in settings.sections:
