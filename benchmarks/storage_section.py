@@ -1,7 +1,7 @@
 """The suite's *storage* section: training with model_dir on S3 against a local model_dir.
 
-One process trains `mnist_cnn` (a 13 MB checkpoint with its Adam slots) at
-the default checkpoint cadence (every 100 steps), alternately with a local
+One process trains `mnist_cnn` on the embedded digits at the default
+checkpoint cadence (every 100 steps; the checkpoint's size is reported), alternately with a local
 model_dir and with `--model_dir=s3://...` on moto's S3 server on loopback,
 where the chief uploads each checkpoint from its own thread. The rate is
 the chief's `global_step/sec` over the run (`common.step_rate`, the same
@@ -60,6 +60,7 @@ def measure(rounds: int, steps: int = 10000) -> dict:
     local_rates: List[float] = []
     s3_rates: List[float] = []
     uploads: List[float] = []
+    size = 0
     with tempfile.TemporaryDirectory(prefix="bench-storage-") as scratch, S3Server() as server:
         data_dir = os.path.join(scratch, "data")
         prepare_input("digits", {"data_dir": data_dir})
@@ -70,8 +71,12 @@ def measure(rounds: int, steps: int = 10000) -> dict:
             work = os.path.join(scratch, f"work-{index}")
             env = {**server.env, "ESTIMATOR_DIST_WORK_DIR": work}
             output = _train(f"s3://bucket/run-{index}", data_dir, steps, env)
-            s3_rates.append(
-                common.step_rate(os.path.join(work, "s3", "bucket", f"run-{index}", "local"), 100)
+            chief = os.path.join(work, "s3", "bucket", f"run-{index}", "local")
+            s3_rates.append(common.step_rate(chief, 100))
+            size = sum(
+                os.path.getsize(os.path.join(chief, name))
+                for name in os.listdir(chief)
+                if name.startswith(f"model.ckpt-{steps}.")
             )
             uploads += [float(s) for s in re.findall(r"uploaded \S+ to \S+ in ([\d.]+) s", output)]
         env = {**server.env, "ESTIMATOR_DIST_WORK_DIR": os.path.join(scratch, "resume")}
@@ -86,6 +91,7 @@ def measure(rounds: int, steps: int = 10000) -> dict:
         "s3": summary(s3_rates),
         "ratio": summary([s / r for s, r in zip(s3_rates, local_rates)]),
         "upload_secs": summary(uploads) if uploads else None,
+        "checkpoint_bytes": size,
         "resume": {
             "checkpoint": restored.group(1) if restored else None,
             "download_secs": float(restored.group(2)) if restored else None,
@@ -101,7 +107,8 @@ def table(results: dict) -> List[str]:
     resume = results["resume"]
     ratios = ", ".join(f"{r:.3f}" for r in results["ratio"]["samples"])
     return [
-        f"mnist_cnn, one process, {results['steps']} steps, a checkpoint every 100 steps:",
+        f"mnist_cnn, one process, {results['steps']} steps, a checkpoint every 100 steps "
+        f"({results['checkpoint_bytes'] / 2**20:.1f} MiB each):",
         "",
         "| model_dir | steps/s (median) |",
         "|---|---|",
