@@ -32,7 +32,7 @@ _FIRST_STEP = re.compile(r"ran its first step \(global step (\d+)\)")
 
 
 def _train(model_dir: str, data_dir: str, steps: int, env: dict) -> str:
-    """Runs one training process to the end; returns its output."""
+    """Runs one training process to the end; returns its output and log lines."""
     return subprocess.run(
         [
             *common.python_module("estimator_dist.train"),
@@ -45,7 +45,8 @@ def _train(model_dir: str, data_dir: str, steps: int, env: dict) -> str:
             "--eval_steps=1",
         ],
         check=True,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # The package's lines (uploads, the restore) are absl's.
         text=True,
         timeout=1800,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env},
