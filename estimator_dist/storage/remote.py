@@ -126,6 +126,23 @@ class Remote:
             except FileNotFoundError:
                 pass
 
+    def files_of(self, stem: str) -> Dict[str, int]:
+        """The objects directly in the directory whose names start with `stem`, with sizes.
+
+        One listing of the directory's own level (not of `eval/`, `export/`...).
+        """
+        self.fs.invalidate_cache(self.root)
+        try:
+            found = self.fs.ls(self.root, detail=True)
+        except FileNotFoundError:
+            return {}
+        names = {}
+        for info in found:
+            name = info["name"].rstrip("/").rsplit("/", 1)[-1]
+            if info.get("type") == "file" and name.startswith(stem):
+                names[name] = int(info.get("size") or 0)
+        return names
+
     def listing(self, relative: str = "") -> Dict[str, Tuple[int, str]]:
         """Every object under `relative`: its path relative to the directory, size and tag.
 

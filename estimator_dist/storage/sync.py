@@ -121,20 +121,16 @@ def download_checkpoint(remote: Remote, local_dir: str, checkpoint: str) -> bool
       Whether the storage holds the checkpoint's index and data (a checkpoint
       rotated away meanwhile is not there).
     """
-    listing = remote.listing()
+    sizes = remote.files_of(f"{checkpoint}.")
     parts = sorted(
-        (
-            name
-            for name in listing
-            if (m := CHECKPOINT_FILE.match(name)) and m.group("name") == checkpoint
-        ),
+        (n for n in sizes if (m := CHECKPOINT_FILE.match(n)) and m.group("name") == checkpoint),
         key=_part_order,
     )
     if not any(name.endswith(".index") for name in parts):
         return False
     for name in parts:
         local = os.path.join(local_dir, name)
-        if os.path.exists(local) and os.path.getsize(local) == listing[name][0]:
+        if os.path.exists(local) and os.path.getsize(local) == sizes[name]:
             continue
         remote.get(name, local)
     return True
@@ -276,6 +272,8 @@ class Publisher(_Loop):
         self._results_at = 0.0
         self._state_seen: Optional[Tuple[int, int]] = None
         self._at_url: Set[str] = {uploaded} if uploaded else set()
+        # The files uploaded of each checkpoint at the URL, for its removal without a listing.
+        self._parts: Dict[str, List[str]] = {}
         self._sent: Dict[str, Tuple[int, int]] = {}
         #: The checkpoints uploaded, in order, with the seconds each took.
         self.uploads: List[Tuple[str, float]] = []
@@ -315,6 +313,7 @@ class Publisher(_Loop):
         for name in parts:
             self.remote.put(os.path.join(self._local, name), name)
         self._at_url.add(latest)
+        self._parts[latest] = parts
         gone = self._at_url - set(kept)
         listed = [name for name in kept if name in self._at_url]
         self.remote.write(STATE_FILE, state_text(latest, listed))
@@ -331,15 +330,10 @@ class Publisher(_Loop):
 
     def _remove(self, checkpoints: Set[str]) -> None:
         """Removes at the URL the checkpoints TensorFlow rotated away here, index first."""
-        if not checkpoints:
-            return
-        listing = self.remote.listing()
         for checkpoint in checkpoints:
-            parts = [
-                n
-                for n in listing
-                if (m := CHECKPOINT_FILE.match(n)) and m.group("name") == checkpoint
-            ]
+            parts = self._parts.pop(checkpoint, None)
+            if parts is None:  # Uploaded by an earlier attempt: its files are listed once.
+                parts = list(self.remote.files_of(f"{checkpoint}."))
             self.remote.remove(sorted(parts, key=_part_order, reverse=True))
             self._at_url.discard(checkpoint)
 
@@ -412,7 +406,7 @@ class Mirror(_Loop):
     """
 
     def __init__(
-        self, url: str, local_dir: str, shared: Sequence[str], poll_secs: float = 0.25
+        self, url: str, local_dir: str, shared: Sequence[str], poll_secs: float = 1.0
     ) -> None:
         super().__init__("mirror", url, poll_secs)
         self._local = local_dir

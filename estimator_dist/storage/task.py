@@ -42,9 +42,9 @@ NOT_FLUSHED = (
 )
 
 #: Seconds of training by which a stop decision leads its step when the tasks coordinate
-#: through the storage: the mirror's two polls (0.25 s each), a listing, an upload and a
-#: download each way, and a loaded machine's delays (0.39 s measured on a loaded 2-core
-#: machine with moto on loopback; a 1 s lead was missed there).
+#: through the storage: the mirror's two polls (1 s each), a listing, an upload and a
+#: download each way, and a loaded machine's delays (0.39 s end to end with 0.25 s polls on a
+#: loaded 2-core machine, moto on loopback, where a worker missed a 1 s lead at 300 steps/s).
 COORDINATION_SECS = 5.0
 
 #: The loops of this process's `task_storage`, flushed by `flush_before_exit`.
