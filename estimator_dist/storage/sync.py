@@ -18,7 +18,9 @@ Three threads, none of them the training thread:
   loop results) the same locally and at the URL, both ways.
 
 A failed transfer (the storage is down, say) is retried at the next cycle;
-the training thread never waits for one, except at a flush.
+the training thread never waits for one, except at a flush. The threads, and
+the event loop fsspec runs their requests on, yield the cores to training:
+they run at nice `BACKGROUND_NICE` (Linux keeps a nice value per thread).
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ _SKIPPED = re.compile(
     r"(^|/)(tmp_worker_\d+|keras|corrupt)(/|$)|\.tmp-|\.part-|_temp|(^|/)\.[^/]*lock$"
     r"|(^|/)\.estimator_dist-probe"
 )
+#: The nice value of the threads that move files: training keeps the cores it needs.
+BACKGROUND_NICE = 10
 _STATE_LINE = re.compile(r'^(model_checkpoint_path|all_model_checkpoint_paths):\s*"(.*)"\s*$')
 
 
@@ -194,6 +198,7 @@ class _Loop(threading.Thread):
         raise NotImplementedError
 
     def run(self) -> None:
+        _yield_cores()
         while not self._stopped.is_set():
             with self._done:
                 generation = self._asked
@@ -452,6 +457,21 @@ class Mirror(_Loop):
             elif relative not in there:
                 os.remove(os.path.join(self._local, relative))
                 del self._known[relative]
+
+
+def _yield_cores() -> None:
+    """Lowers this thread's priority, and that of fsspec's event loop thread, once each."""
+    import fsspec.asyn
+
+    def lower() -> None:
+        try:
+            own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), max(own, BACKGROUND_NICE))
+        except (AttributeError, OSError):  # Not Linux, or not allowed: full priority then.
+            pass
+
+    lower()
+    fsspec.asyn.get_loop().call_soon_threadsafe(lower)
 
 
 def _walk(local_dir: str) -> Iterable[Tuple[str, Tuple[int, int]]]:
