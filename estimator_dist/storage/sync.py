@@ -289,9 +289,11 @@ class Publisher(_Loop):
         return super().flush(timeout)
 
     def cycle(self) -> None:
-        uploaded = self._kind == "chief" and self._checkpoints()
+        if self._kind == "chief":
+            self._checkpoints()
         now = time.monotonic()
-        if uploaded or self._flushing or now - self._results_at >= self._results_secs:
+        # Not at every checkpoint: event files grow, and each upload sends one whole.
+        if self._flushing or now - self._results_at >= self._results_secs:
             self._results()
             self._results_at = now
 
