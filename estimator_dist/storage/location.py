@@ -34,7 +34,7 @@ from typing import Optional
 from estimator_dist.base.errors import UsageError
 
 #: Schemes TensorFlow 2.15-2.21 reads and writes itself: a model_dir there needs no sync.
-TF_SCHEMES = ("gs",)
+TF_SCHEMES = ("gs", "hdfs", "viewfs", "file", "ram")
 #: The environment variable naming the directory tasks work in for a URL model_dir.
 WORK_DIR_ENV = "ESTIMATOR_DIST_WORK_DIR"
 #: `--storage` given with a model_dir that is itself a URL.

@@ -8,7 +8,7 @@ from estimator_dist.storage.location import NOT_A_URL, TWO_URLS, WORK_DIR_ENV, i
 
 
 def test_a_local_or_gs_model_dir_is_written_directly():
-    for model_dir in ("/shared/run1", "relative/run1", "gs://bucket/run1"):
+    for model_dir in ("/shared/run1", "relative/run1", "gs://bucket/run1", "hdfs://nn/run1"):
         placement = place(model_dir, None)
         assert not placement.synced
         assert placement.local_dir("worker-0") == model_dir
