@@ -18,9 +18,10 @@ Three threads, none of them the training thread:
   loop results) the same locally and at the URL, both ways.
 
 A failed transfer (the storage is down, say) is retried at the next cycle;
-the training thread never waits for one, except at a flush. The threads, and
-the event loop fsspec runs their requests on, yield the cores to training:
-they run at nice `BACKGROUND_NICE` (Linux keeps a nice value per thread).
+the training thread never waits for one, except at a flush. The upload and
+download threads yield the cores to training: they run at nice
+`BACKGROUND_NICE` (Linux keeps a nice value per thread). The mirror does not:
+under load a niced mirror delivered a stop decision too late.
 """
 
 from __future__ import annotations
@@ -197,8 +198,12 @@ class _Loop(threading.Thread):
     def cycle(self) -> None:
         raise NotImplementedError
 
+    #: Whether this thread runs at `BACKGROUND_NICE`.
+    background = True
+
     def run(self) -> None:
-        _yield_cores()
+        if self.background:
+            _yield_cores()
         while not self._stopped.is_set():
             with self._done:
                 generation = self._asked
@@ -416,6 +421,7 @@ class Mirror(_Loop):
         self, url: str, local_dir: str, shared: Sequence[str], poll_secs: float = 1.0
     ) -> None:
         super().__init__("mirror", url, poll_secs)
+        self.background = False
         self._local = local_dir
         self._shared = tuple(p.strip("/") for p in shared)
         # relative path -> (local (mtime_ns, size), the storage's tag) when last the same.
@@ -462,18 +468,12 @@ class Mirror(_Loop):
 
 
 def _yield_cores() -> None:
-    """Lowers this thread's priority, and that of fsspec's event loop thread, once each."""
-    import fsspec.asyn
-
-    def lower() -> None:
-        try:
-            own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), max(own, BACKGROUND_NICE))
-        except (AttributeError, OSError):  # Not Linux, or not allowed: full priority then.
-            pass
-
-    lower()
-    fsspec.asyn.get_loop().call_soon_threadsafe(lower)
+    """Lowers this thread's priority to `BACKGROUND_NICE`."""
+    try:
+        own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), max(own, BACKGROUND_NICE))
+    except (AttributeError, OSError):  # Not Linux, or not allowed: full priority then.
+        pass
 
 
 def _walk(local_dir: str) -> Iterable[Tuple[str, Tuple[int, int]]]:

@@ -196,7 +196,7 @@ def test_the_chief_killed_during_an_upload_leaves_the_previous_checkpoint_usable
         launch_args("chief_killed", data_dir, steps=600),
         env=environment(server, tmp_path),
     ) as launcher:
-        launcher.wait_for_line(r"\[chief\] .*uploaded model\.ckpt-0 to", TIMEOUT)
+        launcher.wait_for_line(r"\[chief\] .*uploaded model\.ckpt-\d+ to", TIMEOUT)
         with server.paused():
             # Training goes on; the uploads wait, and the chief cannot end before they are done.
             deadline = time.monotonic() + TIMEOUT
