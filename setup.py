@@ -65,6 +65,14 @@ def on_python_39(requirement: str) -> str:
     return f"{name}; {ONLY_215}" + (f" and{marker}" if marker else "")
 
 
+# model_dir on object storage (estimator_dist.storage): fsspec's S3 implementation; moto's
+# standalone S3 server is what the tests train against. s3fs 2025.10 is the last for 3.9.
+S3 = ['s3fs==2026.9.0; python_version >= "3.10"', 's3fs==2025.10.0; python_version < "3.10"']
+S3_SERVER = [
+    'moto[server]==5.2.5; python_version >= "3.10"',
+    'moto[server]==5.1.22; python_version < "3.10"',
+]
+
 setup(
     name="estimator-dist",
     version="0.1.0",
@@ -122,6 +130,11 @@ setup(
         "ray": RAY,
         # `estimator_dist.manifest`: manifests built from the Kubeflow SDKs' own models.
         "kubernetes": KUBERNETES,
+        # --model_dir=s3://... or --storage=s3://...; gs:// needs nothing (TensorFlow writes it),
+        # except with --storage (gcsfs), and az:// needs adlfs.
+        "s3": S3,
+        "gcs": ["gcsfs>=2025.10.0"],
+        "azure": ["adlfs>=2025.8.0"],
         # matplotlib: the benchmark suite's plots, which its tests draw too; pandas: the
         # legacy corpus's pandas_input_fn. The engines' extras are in `test` so that CI
         # runs their end-to-end tests.
@@ -135,6 +148,8 @@ setup(
             "pandas>=1.5",
             *RAY,
             *KUBERNETES,
+            *S3,
+            *S3_SERVER,
         ],
     },
     entry_points={

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from absl import app, flags
 
-from benchmarks import engines, precision_section, scaling_model, speedup, stacks
+from benchmarks import engines, precision_section, scaling_model, speedup, stacks, storage_section
 from benchmarks.options_table import HARDWARE_LIMIT, LARGER_BATCH, OPTIONS, REFERENCES
 
 #: Gradient bytes per all-reduce (float32 trainable parameters).
@@ -491,6 +491,9 @@ def markdown(results: dict, images: Sequence[str]) -> str:
     if "stacks" in results:
         lines += ["", "## TensorFlow 2.21 against TensorFlow 2.15 (issue 33)", ""]
         lines += stacks.table(results["stacks"])
+    if "storage" in results:
+        lines += ["", "## model_dir on S3 against a local model_dir (issue 35)", ""]
+        lines += storage_section.table(results["storage"])
     lines += ["", "## Plots", ""]
     lines += [f"![{os.path.basename(p)}]({os.path.basename(p)})" for p in images]
     return "\n".join(lines) + "\n"

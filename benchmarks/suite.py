@@ -54,6 +54,7 @@ from benchmarks import (
     speedup,
     stacks,
     startup_section,
+    storage_section,
 )
 from benchmarks.contenders import MODELS, Config, measure, one_core_each
 from benchmarks.groups import ratio, run_groups, run_record, summary
@@ -71,6 +72,7 @@ SECTIONS = (
     "engines",
     "precision",
     "stacks",
+    "storage",
 )
 #: Rounds of the overhead section at least (fewer with --quick): its target leaves a 2% margin,
 #: within the spread of a ratio of two runs on this machine.
@@ -385,6 +387,9 @@ def run_suite(
         "precision": lambda: precision_section.section(settings, settings.quick, measure_fn),
         "stacks": lambda: stacks.section(
             settings, lambda run: stacks.measure(run, stacks.PYTHONS), settings.scaling_models
+        ),
+        "storage": lambda: storage_section.measure(
+            settings.rounds, 3000 if settings.quick else 10000
         ),
     }
     for name in settings.sections:

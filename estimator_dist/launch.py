@@ -71,6 +71,7 @@ from estimator_dist.launcher import launch_flags
 from estimator_dist.launcher.plan import Plan, script_plan, train_plan
 from estimator_dist.launcher.run import run_job
 from estimator_dist.programs import config as script_lib
+from estimator_dist.storage.location import is_url
 
 PROGRAM = "estimator_dist.launch"
 _T = TypeVar("_T")
@@ -103,7 +104,9 @@ def main(argv: Sequence[str]) -> int:
     # The engine's flags first: a missing Ray fails before the pre-flight.
     settings = _or_exit(launch_flags.settings_from_flags, flags.FLAGS)
     engine = launch_flags.make_engine(settings)
-    network = engine.prepare()  # Before the pre-flight starts TensorFlow's threads.
+    # Before the pre-flight starts TensorFlow's threads; a job naming a URL reaches out.
+    remote = any(is_url(arg) or is_url(arg.partition("=")[2]) for arg in argv[1:])
+    network = engine.prepare(reach_out=remote)
     plan = _or_exit(_plan, argv, settings, engine.needs_shared_model_dir)
     return _or_exit(run_job, plan, engine, settings, [network])
 

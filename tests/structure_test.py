@@ -23,6 +23,7 @@ LAYERS = (
     "estimator_dist.tf_runtime",
     "estimator_dist.base",
     LIBRARIES,
+    "estimator_dist.storage",
     "estimator_dist.config",
     "estimator_dist.guards",
     "estimator_dist.task",

@@ -101,3 +101,13 @@ class ModelDirUnwritableError(Error):
     """
 
     exit_code = exit_codes.MODEL_DIR_UNWRITABLE
+
+
+class StorageUnreachableError(Error):
+    """The object storage holding the job's results did not answer in time; exit code 160.
+
+    A store that is down or cut off may come back: a restart of the job
+    resumes from the latest checkpoint the storage holds.
+    """
+
+    exit_code = exit_codes.STORAGE_UNREACHABLE

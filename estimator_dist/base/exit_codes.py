@@ -27,6 +27,7 @@ them, and how `estimator_dist.launch` decides whether to restart.
 | 157 | SESSION_HUNG | session creation or the first step did not end within the stall timeout |
 | 158 | FINAL_PHASE_HUNG | the end of training (final save, evaluation, export) made no progress |
 | 159 | CHECKPOINT_GONE | the checkpoint being restored was deleted meanwhile (rotated away) |
+| 160 | STORAGE_UNREACHABLE | the object storage holding the job's results did not answer in time |
 """
 
 from typing import Optional
@@ -54,6 +55,7 @@ PEER_UNRESPONSIVE = 156
 SESSION_HUNG = 157
 FINAL_PHASE_HUNG = 158
 CHECKPOINT_GONE = 159
+STORAGE_UNREACHABLE = 160
 
 
 def name_of(code: int) -> Optional[str]:

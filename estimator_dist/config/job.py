@@ -18,6 +18,7 @@ from estimator_dist.base import params as params_lib
 from estimator_dist.base.errors import UsageError
 from estimator_dist.base.settings import check_bounds, setting
 from estimator_dist.config.guards import GuardConfig
+from estimator_dist.storage.location import place
 from run_config.names import EVAL_STRATEGY_NAMES
 from run_config.options import RunConfigOptions, StrategyConfig
 
@@ -101,6 +102,8 @@ class JobConfig:
         the dry run refuses a model_fn that does not.
       learning_rate: Passed to the model as `params["learning_rate"]`.
       data_dir: Dataset directory passed to the input_fn.
+      storage: URL where the job's results live while model_dir is local on each
+        machine (`estimator_dist.storage`); None: model_dir holds them.
       params: Extra model and input hyper-parameters (`--params`).
       strategy: Training distribution strategy, and the GPUs per worker.
       eval_strategy: Evaluation strategy name (`off`, `mirrored`, `one_device`).
@@ -231,6 +234,13 @@ class JobConfig:
         "CIFAR-10's binary release (cifar-10-batches-bin).",
         kind="string",
     )
+    storage: Optional[str] = setting(
+        None,
+        "URL where the job's results live (s3://bucket/run1, gs://..., az://...) while "
+        "--model_dir is a local path on each task's machine: no shared file system needed. A "
+        "--model_dir=s3://... works this way by itself. See docs/running.md.",
+        kind="string",
+    )
     params: Mapping[str, Any] = setting(
         dataclasses.MISSING,
         "Model/input hyper-parameters: key=value,... or a .json/.yaml file.",
@@ -262,6 +272,7 @@ class JobConfig:
 
     def __post_init__(self) -> None:
         check_bounds(self)
+        place(self.run.model_dir, self.storage)
         if self.keras_model and self.estimator:
             raise UsageError(
                 f"Give --keras_model or --estimator, not both; received "

@@ -7,7 +7,8 @@ Here, any task that receives SIGTERM or SIGINT asks the chief, through a file
 in the shared `model_dir/preemption/`, to stop the job. The chief is the one
 decider: it picks a global step far enough ahead for every task to read its
 decision first (`stop_at`, about `LEAD_SECS` of steps at the speed it
-measures), and writes it. Each training task's hook asks its session to stop
+measures; `storage.task.COORDINATION_SECS` when the files travel through
+object storage), and writes it. Each training task's hook asks its session to stop
 after that step, exactly as `max_steps` ends training, so every task leaves
 the same step, the chief's `CheckpointSaverHook` writes the checkpoint of
 that step on its way out, and each task exits `PREEMPTED` (155, retryable):
@@ -45,6 +46,7 @@ from absl import logging
 from estimator_dist.base import exit_codes, files, status
 from estimator_dist.base.files import read_json, write_json
 from estimator_dist.guards.watchdog import fail
+from estimator_dist.storage.task import coordination_secs
 
 #: Directory of `model_dir` where requests and the decision are written.
 PREEMPTION_DIR = "preemption"
@@ -351,7 +353,9 @@ class Preemption:
         with self._lock:
             step, seconds = self._step, self._step_secs
         step = start if step is None else step
-        lead = math.ceil(LEAD_SECS / seconds) if self._lockstep and seconds else 0
+        # Through object storage the decision reaches the others later (storage.task).
+        lead_secs = max(LEAD_SECS, coordination_secs())
+        lead = math.ceil(lead_secs / seconds) if self._lockstep and seconds else 0
         stop_at = step + min(max(lead, 2 if self._lockstep else 1), MAX_LEAD_STEPS)
         decision = {
             "stop_at": stop_at,

@@ -60,6 +60,7 @@ from absl import logging
 from estimator_dist.base import exit_codes, files, status
 from estimator_dist.guards.rendezvous import WaitNotice
 from estimator_dist.guards.watchdog_hooks import EvaluationHook, StepHook
+from estimator_dist.storage.task import flush_before_exit
 from estimator_dist.tf_runtime import patches
 
 FAILURE_PREFIX = exit_codes.FAILURE_PREFIX
@@ -148,6 +149,7 @@ def fail(role: str, code: int, cause: str, reason: Optional[str] = None) -> None
     sys.stdout.flush()
     kind = reason or exit_codes.name_of(code)
     status.emit(status.Exiting(exit_code=code, cause=cause, reason=kind))
+    flush_before_exit()  # A job's storage URL gets the checkpoint saved before this exit.
     os._exit(code)
 
 

@@ -63,9 +63,10 @@ class Engine(Protocol):
     kind: str
     needs_shared_model_dir: bool
 
-    def prepare(self) -> str:
+    def prepare(self, reach_out: bool = False) -> str:
         """Readies this process before the pre-flight runs; returns the line saying
-        from where the tasks' ports can be reached."""
+        from where the tasks' ports can be reached. `reach_out`: the job reads or
+        writes remote storage or data."""
         ...
 
     def connect(self, say: Callable[[str], None]) -> None:

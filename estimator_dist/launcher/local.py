@@ -58,9 +58,14 @@ class LocalEngine:
         self._pin_cores = pin_cores
         self._cores: Dict[str, FrozenSet[int]] = {}
 
-    def prepare(self) -> str:
-        """Enters the private network namespace, before any thread or task starts."""
-        return netns.isolate(self._host, self._network_isolation)
+    def prepare(self, reach_out: bool = False) -> str:
+        """Enters the private network namespace, before any thread or task starts.
+
+        Args:
+          reach_out: The job reaches remote storage or data: the namespace
+            gets a way out that opens no port (`estimator_dist.launcher.way_out`).
+        """
+        return netns.isolate(self._host, self._network_isolation, reach_out)
 
     def connect(self, say: Callable[[str], None]) -> None:
         """Nothing to join: the tasks run here."""

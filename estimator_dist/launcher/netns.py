@@ -19,6 +19,8 @@ import socket
 import struct
 from typing import Optional
 
+from estimator_dist.launcher import way_out
+
 #: First line of a launcher whose cluster runs in a private network namespace.
 ISOLATED_MESSAGE = (
     "network: private network namespace; the job's ports cannot be reached from "
@@ -72,19 +74,30 @@ def enter_private_network() -> Optional[str]:
     return None
 
 
-def isolate(host: str, wanted: bool) -> str:
+def isolate(host: str, wanted: bool, reach_out: bool = False) -> str:
     """Enters a private network namespace when wanted and the cluster is local.
 
     Args:
       host: The address the tasks use to reach each other (`--host`).
       wanted: Whether isolation is asked for (`--network_isolation`).
+      reach_out: Whether the job reaches remote storage or data: the
+        namespace then gets a way out that opens no port (`way_out.Relay`).
 
     Returns:
       The launcher's first line: where the cluster's ports can be reached from.
     """
     loopback = host in ("localhost", "127.0.0.1", "::1")
-    if wanted and loopback:
-        reason = enter_private_network()
-    else:
+    if not (wanted and loopback):
         reason = "--nonetwork_isolation" if loopback else f"--host={host} is not loopback"
-    return ISOLATED_MESSAGE if reason is None else EXPOSED_MESSAGE.format(reason=reason)
+        return EXPOSED_MESSAGE.format(reason=reason)
+    relay = way_out.Relay() if reach_out else None  # Forked while still in the host's network.
+    reason = enter_private_network()
+    if reason is not None:
+        if relay is not None:
+            relay.close()
+        return EXPOSED_MESSAGE.format(reason=reason)
+    if relay is None:
+        return ISOLATED_MESSAGE
+    proxy = relay.open()
+    way_out.route_through(proxy)
+    return ISOLATED_MESSAGE + way_out.OPEN_LINE.format(proxy=proxy)

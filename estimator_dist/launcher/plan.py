@@ -15,10 +15,11 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import tempfile
 from typing import Optional, Sequence, Tuple
 
-from estimator_dist.base import files, pitfalls
+from estimator_dist.base import pitfalls
 from estimator_dist.base.errors import UsageError
 from estimator_dist.config import train_flags
 from estimator_dist.config.job import check_batch
@@ -26,6 +27,7 @@ from estimator_dist.config.train_args import job_from_args
 from estimator_dist.programs import config as script_lib
 from estimator_dist.programs.config import ScriptConfig, model_dir_of
 from estimator_dist.programs.locate import program_report
+from estimator_dist.storage.job import JobResults
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +38,8 @@ class Plan:
       module: The module each task runs with `python -m`.
       args: Its arguments, the same on every task.
       model_dir: The job's model_dir: logs, checkpoints, final metrics.
+      storage: The job's `--storage` URL, where its results live while
+        model_dir is local on each machine; None otherwise.
       train_steps: The last step, or None when the tasks report it (a script).
       steps_name: How messages name the setting of the last step.
       report: Pre-flight lines to print before the cluster starts.
@@ -50,10 +54,16 @@ class Plan:
     steps_name: str = "--train_steps"
     report: Tuple[str, ...] = ()
     stop_secs: float = 5.0
+    storage: Optional[str] = None
+
+    @functools.cached_property
+    def results(self) -> JobResults:
+        """The job's results, where they live: model_dir, or the storage URL."""
+        return JobResults(self.model_dir, self.storage)
 
     def checkpoint_step(self) -> int:
-        """The global step of the latest checkpoint in the job's model_dir, 0 if none."""
-        return files.checkpoint_step(self.model_dir)
+        """The global step of the latest checkpoint of the job, 0 if none."""
+        return self.results.checkpoint_step()
 
 
 def train_plan(train_args: Sequence[str], num_workers: int, shared_model_dir: bool) -> Plan:
@@ -77,13 +87,15 @@ def train_plan(train_args: Sequence[str], num_workers: int, shared_model_dir: bo
         if shared_model_dir:
             raise UsageError(
                 "--engine=ray needs --model_dir after '--': a directory every Ray node reads "
-                "and writes (a shared file system, gs://...), for the checkpoints, the final "
-                "metrics and logs/. Pass e.g. `-- --model_dir=/shared/run1`."
+                "and writes (a shared file system, gs://...), or object storage (s3://...), "
+                "for the checkpoints, the final metrics and logs/. Pass e.g. "
+                "`-- --model_dir=/shared/run1` or `-- --model_dir=s3://bucket/run1`."
             )
         args.append(f"--model_dir={tempfile.mkdtemp(prefix='estimator_dist-')}")
     job = job_from_args(args)
     # One replica per worker here; each task checks again with its own replicas.
     check_batch(job.batch_size, job.micro_batches, num_workers, f"--num_workers={num_workers}")
+    JobResults(job.run.model_dir, job.storage).check()  # Credentials and bucket, before any task.
     checked = preflight.preflight(job, num_workers)
     return Plan(
         train_flags.PROGRAM,
@@ -93,6 +105,7 @@ def train_plan(train_args: Sequence[str], num_workers: int, shared_model_dir: bo
         "--train_steps",
         tuple(pitfalls.format_report(list(checked.pitfalls)).splitlines()),
         job.guards.preemption_grace_secs + 5,
+        job.storage,
     )
 
 
@@ -118,6 +131,7 @@ def script_plan(config: ScriptConfig, script: Optional[str], script_args: Sequen
             "'--', and give the program the same directory."
         )
     config = dataclasses.replace(config, model_dir=model_dir)
+    JobResults(model_dir, config.storage).check()  # Credentials and bucket, before any task.
     verdict, _, found = program_report(script, config.module, config.package_path)
     return Plan(
         script_lib.PROGRAM,
@@ -131,4 +145,5 @@ def script_plan(config: ScriptConfig, script: Optional[str], script_args: Sequen
             *pitfalls.format_report(found).splitlines(),
         ),
         config.guards.preemption_grace_secs + 5,
+        config.storage,
     )

@@ -23,13 +23,14 @@ import glob
 import os
 import shutil
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Union
 
 from estimator_dist.base import exit_codes
 from estimator_dist.base.cluster import LocalCluster
 from estimator_dist.base.errors import Error
 from estimator_dist.launcher.exits import RestartPolicy
 from estimator_dist.launcher.supervise import Launcher
+from estimator_dist.storage.job import JobResults
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +101,7 @@ class FailedAttempt:
 def run_with_restarts(
     launcher: Launcher,
     new_cluster: Callable[[int], LocalCluster],
-    model_dir: str,
+    model_dir: Union[str, JobResults],
     train_steps: Optional[int],
     deadline: Optional[float],
     settings: RestartSettings,
@@ -111,7 +112,8 @@ def run_with_restarts(
       launcher: Starts, supervises and stops the tasks; prints the summary.
       new_cluster: The cluster of attempt N (0 first). An `Error` it raises
         ends the job with the error's exit code.
-      model_dir: The job's model_dir, where checkpoints and metrics are read.
+      model_dir: The job's model_dir, where checkpoints and metrics are read, or
+        its `JobResults` when they live at a storage URL.
       train_steps: The last step, or None when the tasks report it (`StopStep` events).
       deadline: `time.monotonic()` at which the job fails, or None.
       settings: Timeouts and the restart budget.
@@ -121,16 +123,28 @@ def run_with_restarts(
     """
     started = time.monotonic()
     attempts: List[FailedAttempt] = []
+    results = model_dir if isinstance(model_dir, JobResults) else JobResults(model_dir)
     try:
-        failed = _run_attempts(
-            launcher, new_cluster, model_dir, train_steps, deadline, settings, attempts
-        )
-    except BaseException:  # A signal to the launcher: say what came before it.
-        _say_attempts(launcher, attempts)
-        raise
-    if failed is not None:
-        return failed
-    return _finish(launcher, model_dir, settings, started, attempts)
+        try:
+            failed = _run_attempts(
+                launcher, new_cluster, results, train_steps, deadline, settings, attempts
+            )
+        except BaseException:  # A signal to the launcher: say what came before it.
+            _say_attempts(launcher, attempts)
+            raise
+        if failed is not None:
+            return failed
+        return _finish(launcher, results, settings, started, attempts)
+    finally:
+        _upload_logs(launcher, results)
+
+
+def _upload_logs(launcher: Launcher, results: JobResults) -> None:
+    """Uploads the task logs under the storage URL; a failure is said, never fatal."""
+    try:
+        results.upload_logs()
+    except Exception as error:  # The storage's errors are many; the job's result stands.
+        launcher.say(f"could not upload the logs to {results.where}/logs: {error}")
 
 
 def backoff_secs(attempt: int) -> float:
@@ -147,7 +161,7 @@ def backoff_secs(attempt: int) -> float:
 def _run_attempts(
     launcher: Launcher,
     new_cluster: Callable[[int], LocalCluster],
-    model_dir: str,
+    results: JobResults,
     train_steps: Optional[int],
     deadline: Optional[float],
     settings: RestartSettings,
@@ -160,7 +174,6 @@ def _run_attempts(
     channel (the steps lost past that checkpoint are a lower bound, as tasks
     report their step every `--log_step_count_steps`).
     """
-
     policy = RestartPolicy(settings.max_restarts)  # It ends the loop: no restarts left.
     attempt = 0
     while True:
@@ -191,7 +204,7 @@ def _run_attempts(
             _say_attempts(launcher, attempts)
             launcher.say(f"job failed ({reason}); {len(attempts)} failed attempt(s)")
             return failure.exit_code
-        _clear_preemption(model_dir)
+        _clear_preemption(results)
         backoff = backoff_secs(attempt)
         launcher.say(
             f"restarting the whole cluster from checkpoint step {step} in {backoff:g} s "
@@ -212,7 +225,7 @@ def _say_attempts(launcher: Launcher, attempts: List[FailedAttempt]) -> None:
 
 def _finish(
     launcher: Launcher,
-    model_dir: str,
+    results: JobResults,
     settings: RestartSettings,
     started: float,
     attempts: List[FailedAttempt],
@@ -220,22 +233,22 @@ def _finish(
     """After the attempt that succeeded: the summary and the final metrics."""
     from estimator_dist.base import files
 
-    for path in glob.glob(os.path.join(model_dir, "tmp_worker_*")):
+    for path in glob.glob(os.path.join(results.local_dir, "tmp_worker_*")):
         shutil.rmtree(path, ignore_errors=True)
     launcher.say(f"job finished in {time.monotonic() - started:.1f} s")
     _say_attempts(launcher, attempts)
-    metrics = files.read_final_metrics(model_dir)
+    metrics = results.final_metrics()
     if metrics is not None:
         launcher.say(f"final evaluation: {files.format_metrics(metrics)}")
     elif launcher.nothing_evaluated:
         launcher.say("the program evaluated nothing: the evaluator had no part in it")
     elif settings.evaluator:
-        launcher.say(f"the evaluator wrote no final metrics to {model_dir}")
+        launcher.say(f"the evaluator wrote no final metrics to {results.where}")
         return exit_codes.FAILURE
     return exit_codes.OK
 
 
-def _clear_preemption(model_dir: str) -> None:
+def _clear_preemption(results: JobResults) -> None:
     """Removes the stopped attempt's preemption requests and decision before a restart.
 
     A chief stopped while a peer was gone may leave a decision to stop at a
@@ -243,10 +256,6 @@ def _clear_preemption(model_dir: str) -> None:
     before the new chief clears the directory would obey: every task of that
     attempt is stopped now, so none of its files means anything any more.
     """
-    import tensorflow as tf
-
     from estimator_dist.guards.preemption import PREEMPTION_DIR
 
-    path = os.path.join(model_dir, PREEMPTION_DIR)
-    if tf.io.gfile.exists(path):
-        tf.io.gfile.rmtree(path)
+    results.remove(PREEMPTION_DIR)

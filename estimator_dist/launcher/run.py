@@ -61,6 +61,11 @@ def run_job(plan: Plan, engine: Engine, settings: LaunchSettings, first: Sequenc
             f"{engine.kind}: {shape.num_workers} worker(s), {shape.num_ps} ps, evaluator: "
             f"{shape.evaluator}; model_dir {plan.model_dir}"
         )
+        if plan.results.synced:
+            launcher.say(
+                f"results at {plan.results.where}: each task trains in a local directory and "
+                f"uploads there; logs in {plan.results.local_dir}/logs, uploaded at the end"
+            )
         deadline = time.monotonic() + settings.timeout_secs if settings.timeout_secs else None
         for number in (signal.SIGTERM, signal.SIGINT):
             signal.signal(number, _raise_signalled)
@@ -68,7 +73,7 @@ def run_job(plan: Plan, engine: Engine, settings: LaunchSettings, first: Sequenc
             return run_with_restarts(
                 launcher,
                 engine.new_cluster,
-                plan.model_dir,
+                plan.results,
                 plan.train_steps,
                 deadline,
                 settings.restarts,

@@ -203,8 +203,9 @@ class Launcher:
         held back until the chief has run its first step (or a training task
         finished), and does not compete for cores while the cluster starts.
         """
-        os.makedirs(os.path.join(self._plan.model_dir, console.LOG_DIR), exist_ok=True)
-        console.keep_log(self._plan.model_dir, "launcher")
+        logs = self._plan.results.local_dir  # model_dir, or a local directory for a URL.
+        os.makedirs(os.path.join(logs, console.LOG_DIR), exist_ok=True)
+        console.keep_log(logs, "launcher")
         self._attempt = attempt
         self._exits = queue.Queue()
         self._stopping = False
@@ -231,7 +232,7 @@ class Launcher:
         plan = self._plan
         task.heard, task.silenced, task.exiting = self._clock(), False, False
         task.process = self._engine.start_task(TaskSpec(plan.module, plan.args, config, None))
-        path = os.path.join(plan.model_dir, console.LOG_DIR, f"{config.role}.log")
+        path = os.path.join(plan.results.local_dir, console.LOG_DIR, f"{config.role}.log")
         try:
             # Line-buffered: each line reaches the file when it is printed, so a refused write
             # is seen, and said, at the line it refused, not at close or never.

@@ -34,6 +34,7 @@ from estimator_dist.programs.locate import (
     check_script,
     find_module,
 )
+from estimator_dist.storage.location import place
 from run_config.names import COMMUNICATIONS
 from run_config.options import PrecisionConfig
 
@@ -80,6 +81,8 @@ class ScriptConfig:
       collective_timeout: Seconds a collective may wait, or None for ever.
       model_dir: The directory the script's estimator must write to, or None
         to take the script's.
+      storage: URL where the job's results live while model_dir is local on each
+        machine (`estimator_dist.storage`), or None.
       eval_start_delay_secs: Replaces the EvalSpec's start_delay_secs, or None.
       eval_throttle_secs: Replaces the EvalSpec's throttle_secs, or None.
       guards: The task's time bounds and preemption checkpoint.
@@ -120,6 +123,13 @@ class ScriptConfig:
         "(exit 2). The launcher writes logs/ there and reads the checkpoint step from it.",
         kind="string",
     )
+    storage: Optional[str] = setting(
+        None,
+        "URL where the job's results live (s3://bucket/run1, gs://...) while --model_dir is a "
+        "local path on each task's machine: no shared file system needed. A --model_dir=s3://... "
+        "works this way by itself. See docs/running.md.",
+        kind="string",
+    )
     communication: str = setting(
         "AUTO",
         "Collective implementation of the MultiWorkerMirroredStrategy given to a script "
@@ -155,6 +165,13 @@ class ScriptConfig:
     def __post_init__(self) -> None:
         self._check_program()
         object.__setattr__(self, "args", tuple(self.args))
+        if self.storage and not self.model_dir:
+            raise UsageError(
+                f"--storage={self.storage} needs --model_dir, the local directory the script's "
+                "estimator writes to on each machine; pass e.g. --model_dir=/tmp/run1."
+            )
+        if self.model_dir:
+            place(self.model_dir, self.storage)
         communication = str(self.communication).upper()
         if communication not in COMMUNICATIONS:
             raise UsageError(

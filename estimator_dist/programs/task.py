@@ -21,6 +21,7 @@ stays the program's (it may catch it) and ends the task with exit 5.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import traceback
@@ -86,6 +87,8 @@ class ScriptTask:
         self._left: Optional[str] = None
         self.run = TaskRun(cluster, config.guards, startup)
         self.loop = LoopTask(self, cluster, config.guards)
+        # --model_dir as every task names it (a URL, for a job whose results live there).
+        self._named_model_dir = config.model_dir
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -95,28 +98,60 @@ class ScriptTask:
         from estimator_dist.tf_runtime.intercept import intercepted
 
         temporary: Set[str] = set()
+        named = self._named_model_dir
 
         def policy(arguments: dict, what: str) -> Optional[str]:
-            return shared_model_dir(arguments, self._config.model_dir, temporary, what)
+            local = self._config.model_dir  # The local directory of a job on storage.
+            if named is not None and local != named:
+                _route(arguments, named, local)
+            return shared_model_dir(arguments, local, temporary, what)
 
         def keras_lock(model_dir: str) -> Any:
             return files.model_dir_lock(model_dir, "keras_bridge")
 
-        with intercepted(
-            self.train_and_evaluate,
-            {
-                "train": functools.partial(self._guard, looped=self.loop.train),
-                "evaluate": functools.partial(self._guard, looped=self.loop.evaluate),
-                "export_saved_model": functools.partial(self._guard, looped=self.loop.export),
-                "predict": functools.partial(self._guard, looped=self.loop.predict),
-            },
-            policy,
-            temporary,
-            self.loop.rmtree,
-            keras_lock if self._cluster.is_distributed else None,
-        ) as original:
+        with (
+            self._storage(),
+            intercepted(
+                self.train_and_evaluate,
+                {
+                    "train": functools.partial(self._guard, looped=self.loop.train),
+                    "evaluate": functools.partial(self._guard, looped=self.loop.evaluate),
+                    "export_saved_model": functools.partial(self._guard, looped=self.loop.export),
+                    "predict": functools.partial(self._guard, looped=self.loop.predict),
+                },
+                policy,
+                temporary,
+                self.loop.rmtree,
+                keras_lock if self._cluster.is_distributed else None,
+            ) as original,
+        ):
             self.run = TaskRun(self._cluster, self._config.guards, self._startup, original)
             yield
+
+    @contextlib.contextmanager
+    def _storage(self) -> Iterator[None]:
+        """Works in a local model_dir synchronised with a storage URL, where the job names one.
+
+        `estimator_dist.storage.task.task_storage`; meanwhile the task's config
+        names the local directory, and estimators the program gives the URL get
+        it (`_route`).
+        """
+        from estimator_dist.base import files
+        from estimator_dist.guards.preemption import PREEMPTION_DIR
+        from estimator_dist.storage.task import task_storage
+        from estimator_dist.task.run import EXCHANGE_DIR
+
+        named, config, cluster = self._named_model_dir, self._config, self._cluster
+        if named is None:
+            yield
+            return
+        shared = (PREEMPTION_DIR, files.LAST_STEP_FILE, EXCHANGE_DIR)
+        with task_storage(named, config.storage, cluster.role, cluster.task_type, shared) as local:
+            self._config = dataclasses.replace(config, model_dir=local)
+            try:
+                yield
+            finally:
+                self._config = config
 
     def _guard(self, call: Callable, looped: Callable) -> Callable:
         """An `Estimator` method that `looped` runs on a cluster, outside train_and_evaluate."""
@@ -172,7 +207,7 @@ class ScriptTask:
         """What every task of the cluster must agree on, for the rendezvous."""
         return {
             "cluster": {name: list(ports) for name, ports in self._cluster.jobs.items()},
-            "model_dir": model_dir,
+            "model_dir": self._named_model_dir or model_dir,  # The same on every task.
             "script": os.path.basename(str(self._config.path)),
             "script_args": list(self._config.args),
             **extra,
@@ -250,6 +285,7 @@ class ScriptTask:
             fix=FIX_INPUT,
             count_inputs=count_inputs,
             explain=lambda error, step: error,  # The program's own: it may catch it.
+            named_model_dir=self._named_model_dir,
         )
         self._startup.mark("script")
         return self.run.train_and_evaluate(estimator, train_spec, eval_spec, call)
@@ -300,6 +336,15 @@ class ScriptTask:
         original = self.run.tensorflow_train_and_evaluate
         self.train_and_evaluate(original, estimator, train_spec, eval_spec, count_inputs=False)
         return self.run.stopped_at
+
+
+def _route(arguments: dict, named: str, local: str) -> None:
+    """Gives an estimator's `model_dir` (or its config's) `local` where it is `named`."""
+    config = arguments.get("config")
+    if arguments.get("model_dir") == named:
+        arguments["model_dir"] = local
+    if config is not None and getattr(config, "model_dir", None) == named:
+        arguments["config"] = config.replace(model_dir=local)
 
 
 def _at_or_below(path: str, directory: str) -> bool:

@@ -22,6 +22,7 @@ Example, a single process on the embedded digits:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Optional, Tuple
 
@@ -31,8 +32,10 @@ from absl import logging
 from estimator_dist.base import files, precision
 from estimator_dist.base.cluster import EVALUATOR, ClusterConfig
 from estimator_dist.config.job import DEFAULT_TRAIN_STEPS, JobConfig, check_batch
+from estimator_dist.guards.preemption import PREEMPTION_DIR
 from estimator_dist.guards.roles import enter_task
 from estimator_dist.guards.startup import Startup
+from estimator_dist.storage.task import task_storage
 from estimator_dist.task import export, last_step, records
 from estimator_dist.task.diagnose import explain_user_error, refused_writes
 from estimator_dist.task.preflight import (
@@ -70,6 +73,19 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
         and cluster mismatch, unknown names, missing data).
       DataError: when the input pipeline finds a bad record.
     """
+    # A job whose results live at a URL TensorFlow cannot write (`--model_dir=s3://...`, or
+    # `--storage`) trains in a local model_dir that `estimator_dist.storage` keeps in step
+    # with the URL; the tasks compare and identify the job by the model_dir it names.
+    shared = (PREEMPTION_DIR, files.LAST_STEP_FILE)
+    with task_storage(
+        job.run.model_dir, job.storage, cluster.role, cluster.task_type, shared
+    ) as local:
+        run = dataclasses.replace(job.run, model_dir=local)
+        return _train_and_evaluate(dataclasses.replace(job, run=run), cluster, named=job)
+
+
+def _train_and_evaluate(job: JobConfig, cluster: ClusterConfig, named: JobConfig) -> Optional[dict]:
+    """`train_and_evaluate` in the task's model_dir; `named` is the job as every task names it."""
     startup = Startup(cluster.role)
     startup.mark("imports")
     enter_task(cluster)
@@ -102,7 +118,8 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
         train_spec,
         eval_spec,
         Call(
-            view=records.job_view(job, cluster),
+            view=records.job_view(named, cluster),
+            named_model_dir=named.run.model_dir,
             record=lambda decision: records.make_run_record(
                 job, cluster, strategies, num_replicas, checked
             ),

@@ -96,6 +96,9 @@ class Call:
       explain: Turns an exception the user's code raised while training into
         the one the task raises, given the last step seen.
       hooks: More training hooks of the job (a trace).
+      named_model_dir: The model_dir as every task names it, where it differs from
+        the estimator's (a task working in a local directory synchronised with a
+        storage URL): the heartbeat identifies the job by it.
     """
 
     view: Mapping[str, Any]
@@ -106,6 +109,7 @@ class Call:
     count_inputs: bool = True
     explain: Callable[[BaseException, Optional[int]], BaseException] = lambda error, step: error
     hooks: Sequence[tf.compat.v1.train.SessionRunHook] = ()
+    named_model_dir: Optional[str] = None
 
 
 class TaskRun:
@@ -348,7 +352,12 @@ class TaskRun:
             estimator, train_spec, eval_spec, call, last, exporter, watchdog, preemption, router
         )
         self._heartbeat = start_heartbeat(
-            cluster, model_dir, self._attempt, guards.heartbeat_timeout, preemption, self._heartbeat
+            cluster,
+            call.named_model_dir or model_dir,
+            self._attempt,
+            guards.heartbeat_timeout,
+            preemption,
+            self._heartbeat,
         )
         if self._heartbeat is not None:
             train_spec = train_spec._replace(hooks=(*train_spec.hooks, self._heartbeat.hook()))

@@ -109,7 +109,7 @@ class RayEngine:
         #: Cores of training tasks that share a host with another (`shared_host_cores`).
         self._cores: Dict[str, FrozenSet[int]] = {}
 
-    def prepare(self) -> str:
+    def prepare(self, reach_out: bool = False) -> str:
         """Nothing to ready here: the tasks' network is the Ray cluster's; says so."""
         return NETWORK_MESSAGE
 

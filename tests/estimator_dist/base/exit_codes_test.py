@@ -63,6 +63,7 @@ def test_named_codes_are_the_documented_ones():
         "SESSION_HUNG": 157,
         "FINAL_PHASE_HUNG": 158,
         "CHECKPOINT_GONE": 159,
+        "STORAGE_UNREACHABLE": 160,
     }
 
 

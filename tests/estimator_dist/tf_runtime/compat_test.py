@@ -80,7 +80,9 @@ def _run_config(monkeypatch, tf_config, **kwargs):
 
 def test_run_config_with_a_strategy_in_a_cluster_goes_through_the_coordinator(monkeypatch):
     # TensorFlow 2.15's own module, or the layer's on 2.16+: the same marks either way.
-    cluster = '{"cluster": {"chief": ["h:1"], "worker": ["h:2"]}, "task": {"type": "worker", "index": 0}}'
+    cluster = (
+        '{"cluster": {"chief": ["h:1"], "worker": ["h:2"]}, "task": {"type": "worker", "index": 0}}'
+    )
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
     marked = _run_config(monkeypatch, cluster, train_distribute=strategy)
     assert (
@@ -94,7 +96,10 @@ def test_run_config_with_a_strategy_in_a_cluster_goes_through_the_coordinator(mo
     assert getattr(plain, "_distribute_coordinator_mode", None) is None
     assert (plain.task_type, plain.num_worker_replicas) == ("worker", 2)
     # A `master` job turns the coordinator off (why the package renames it `chief`).
-    master = '{"cluster": {"master": ["h:1"], "worker": ["h:2"]}, "task": {"type": "master", "index": 0}}'
+    master = (
+        '{"cluster": {"master": ["h:1"], "worker": ["h:2"]}, '
+        '"task": {"type": "master", "index": 0}}'
+    )
     assert (
         _run_config(monkeypatch, master, train_distribute=strategy)._distribute_coordinator_mode
         is None
@@ -104,7 +109,9 @@ def test_run_config_with_a_strategy_in_a_cluster_goes_through_the_coordinator(mo
 
 
 def test_estimator_train_on_a_task_of_a_cluster_is_refused(monkeypatch):
-    cluster = '{"cluster": {"chief": ["h:1"], "worker": ["h:2"]}, "task": {"type": "chief", "index": 0}}'
+    cluster = (
+        '{"cluster": {"chief": ["h:1"], "worker": ["h:2"]}, "task": {"type": "chief", "index": 0}}'
+    )
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
     config = _run_config(monkeypatch, cluster, train_distribute=strategy, model_dir="/tmp/unused")
     estimator = tf.estimator.Estimator(lambda features, labels, mode: None, config=config)
