@@ -63,8 +63,9 @@ tests named below pass on both.
    distribute coordinator cannot deep-copy it ("cannot be deep copied in
    eager mode") and starts a second server on the same port. It is set up
    in a graph instead, as in a program that disabled eager execution, and
-   so are its copies (`CollectiveAllReduce.__deepcopy__`): Estimator trains
-   in graphs of its own. Shown by
+   so are its copies (`CollectiveAllReduce.__deepcopy__`) and its
+   configuration for the task's server (`_configure`): Estimator trains in
+   graphs of its own. Shown by
    `tests/estimator_dist/script_test.py` and the differential program
    `eager_peek.py`.
 
@@ -188,6 +189,7 @@ def install() -> None:
         return
     _replace(_EXTENDED, "_batch_reduce_to", _batch_reduce_to)
     _replace(_EXTENDED, "_initialize_strategy", _initialize_strategy)
+    _replace(_EXTENDED, "_configure", _configure)
     _replace(cross_device_ops.CollectiveAllReduce, "__deepcopy__", _collective_deepcopy)
     _replace(_EXTENDED, "_initialize_multi_worker", _initialize_multi_worker)
     _replace(_KEYS, "_get_new_group_key", _get_new_group_key)
@@ -389,6 +391,16 @@ def _initialize_strategy(extended: Any, cluster_resolver: Any, devices: Any) -> 
     # coordinator starts the task's server, so the strategy is set up as in graph mode.
     with tf.Graph().as_default():
         initialize()
+
+
+def _configure(extended: Any, *args: Any, **kwargs: Any) -> Any:
+    # The distribute coordinator configures the strategy for the task's server: as it was
+    # set up, in a graph.
+    original = _original(_EXTENDED, "_configure")
+    if not tf.executing_eagerly():
+        return original(extended, *args, **kwargs)
+    with tf.Graph().as_default():
+        return original(extended, *args, **kwargs)
 
 
 def _collective_deepcopy(collective: Any, memo: dict) -> Any:
