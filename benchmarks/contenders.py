@@ -36,7 +36,7 @@ import tempfile
 from typing import Dict, List, Sequence, Tuple
 
 from benchmarks import NEVER_STEPS, common
-from estimator_dist.base.cpus import allowed_cores, split_cores
+from estimator_dist.hardware.cpus import allowed_cores, split_cores
 
 CONTENDERS = ("package", "handwritten", "keras", "horovod", "independent")
 MODELS = {"mnist_cnn": "28x28x1", "resnet_cifar": "32x32x3", "mobilenet_v2": "96x96x3"}

@@ -34,7 +34,7 @@ import tensorflow as tf
 from absl import app, flags
 
 from benchmarks import NEVER_STEPS
-from estimator_dist.base.cpus import onednn_enabled
+from estimator_dist.hardware.cpus import onednn_enabled
 from model_fns.mnist_cnn import CnnParams, build_layers, make_optimizer
 from model_fns.resnet_cifar_network import ResnetCifar
 from model_fns.resnet_cifar_params import ResnetParams, learning_rate_tensor

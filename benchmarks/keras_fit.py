@@ -28,7 +28,7 @@ from typing import Dict, Optional, Sequence
 import tensorflow as tf
 from absl import app, flags
 
-from estimator_dist.base.cpus import onednn_enabled
+from estimator_dist.hardware.cpus import onednn_enabled
 from model_fns.mnist_cnn import CnnParams, build_layers
 from model_fns.resnet_cifar_network import ResnetCifar
 from model_fns.resnet_cifar_params import ResnetParams

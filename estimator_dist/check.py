@@ -15,7 +15,7 @@ the source without running it, and says whether
   comes from module helpers, which it did not read; ...
 
 A call counts only when it is TensorFlow's, resolved through the imports
-(`estimator_dist.base.program_scan`, whose `RULES` table decides). It reports
+(`estimator_dist.programs.scan`, whose `RULES` table decides). It reports
 where TensorFlow's `train_and_evaluate` and `Estimator.train`/`evaluate` calls
 are, `TrainSpec`s without `max_steps`, `save_checkpoints_secs=` and input_fns
 without `input_context`. With training flags after `--`, it runs the same
@@ -35,10 +35,12 @@ from typing import List, Optional, Sequence, Tuple
 
 from absl import flags
 
-from estimator_dist.base import cli, pitfalls, program_scan
 from estimator_dist.base.errors import UsageError
 from estimator_dist.config.train_args import job_from_args
+from estimator_dist.programs import scan as program_scan
 from estimator_dist.programs.locate import check_package_path, find_module, program_report
+from estimator_dist.report import cli
+from estimator_dist.task import pitfalls
 
 PROGRAM = "estimator_dist.check"
 

@@ -65,12 +65,12 @@ from typing import Callable, Sequence, TypeVar
 
 from absl import flags
 
-from estimator_dist.base import cli, console
 from estimator_dist.base.errors import Error, UsageError
 from estimator_dist.launcher import launch_flags
 from estimator_dist.launcher.plan import Plan, script_plan, train_plan
 from estimator_dist.launcher.run import run_job
 from estimator_dist.programs import config as script_lib
+from estimator_dist.report import cli, console
 from estimator_dist.storage.location import is_url
 
 PROGRAM = "estimator_dist.launch"

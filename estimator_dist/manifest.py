@@ -40,11 +40,12 @@ from typing import Sequence
 
 from absl import flags
 
-from estimator_dist.base import cli, settings
+from estimator_dist.base import settings
 from estimator_dist.base.errors import Error, UsageError
 from estimator_dist.kubernetes import manifest
 from estimator_dist.kubernetes.job_settings import ManifestSettings
 from estimator_dist.programs import config as script_config
+from estimator_dist.report import cli
 
 PROGRAM = "estimator_dist.manifest"
 

@@ -24,7 +24,7 @@ from typing import Any, Dict, Sequence
 
 from absl import flags
 
-from estimator_dist.base.cli import run_program, usage_exit
+from estimator_dist.report.cli import run_program, usage_exit
 from estimator_dist.serving.predict import STRATEGIES
 
 PROGRAM = "estimator_dist.predict"

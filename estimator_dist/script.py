@@ -15,7 +15,7 @@ runs it (`runpy.run_module`, `--package_path` first on `sys.path`, so
 relative imports work), and everything after `--` is its arguments.
 
 Before the script runs, TF_CONFIG is validated and normalised
-(`estimator_dist.base.cluster`: `master` becomes `chief`, an `evaluator` listed in
+(`estimator_dist.cluster.tf_config`: `master` becomes `chief`, an `evaluator` listed in
 `cluster` is taken out, a worker-only cluster gets a chief) and written back,
 eager execution is turned off (the evaluator crashes in eager mode), and the
 script gets the `sys.argv` and `sys.path` that `python train.py ...` gives it.
@@ -57,12 +57,13 @@ from typing import List, Optional, Sequence, Tuple
 
 from absl import app, flags
 
-from estimator_dist.base import cli, exit_codes
-from estimator_dist.base.cluster import ClusterConfig
+from estimator_dist.base import exit_codes
 from estimator_dist.base.errors import Error, UsageError, UserCodeError
-from estimator_dist.base.platform_env import cluster_from_environment
-from estimator_dist.base.status import Exiting, connect, emit
+from estimator_dist.cluster.platform_env import cluster_from_environment
+from estimator_dist.cluster.tf_config import ClusterConfig
 from estimator_dist.programs.config import PROGRAM, ScriptConfig, config_from_flags, define_flags
+from estimator_dist.report import cli
+from estimator_dist.report.status import Exiting, connect, emit
 
 #: A script that ends on a task of a cluster without training.
 NO_TRAIN_AND_EVALUATE = (

@@ -20,10 +20,10 @@ from typing import Sequence
 
 from absl import flags
 
-from estimator_dist.base import console, status
-from estimator_dist.base.cli import run_program, usage_exit
-from estimator_dist.base.cpus import configure_onednn
 from estimator_dist.config.train_flags import PROGRAM, define_flags, job_from_flags
+from estimator_dist.hardware.cpus import configure_onednn
+from estimator_dist.report import console, status
+from estimator_dist.report.cli import run_program, usage_exit
 
 
 def main(argv: Sequence[str]) -> int:
@@ -34,7 +34,7 @@ def main(argv: Sequence[str]) -> int:
             PROGRAM, f"unexpected positional arguments {list(argv[1:])}; every setting is a --flag."
         )
     from estimator_dist.base.errors import Error, UsageError
-    from estimator_dist.base.platform_env import cluster_from_environment
+    from estimator_dist.cluster.platform_env import cluster_from_environment
 
     try:
         cluster = cluster_from_environment(os.environ)

@@ -327,8 +327,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
 
 def main(argv: Sequence[str]) -> int:
     """Flags in, one `convert` call, a summary out."""
-    from estimator_dist.base.cli import usage_exit
     from estimator_dist.base.exit_codes import BAD_DATA
+    from estimator_dist.report.cli import usage_exit
 
     if len(argv) > 1:
         usage_exit(PROGRAM, f"unexpected positional arguments {list(argv[1:])}.")
@@ -363,7 +363,7 @@ def main(argv: Sequence[str]) -> int:
 
 def run() -> None:
     """Console-script entry point."""
-    from estimator_dist.base.cli import run_program
+    from estimator_dist.report.cli import run_program
 
     define_flags()
     run_program(main, PROGRAM)

@@ -255,8 +255,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
 
 def main(argv: Sequence[str]) -> int:
     """Flags in, one check, the report out; exit 1 unless disjoint and complete."""
-    from estimator_dist.base.cli import usage_exit
     from estimator_dist.base.params import parse_params_flag
+    from estimator_dist.report.cli import usage_exit
     from input_fns import INPUT_FNS
 
     f = flags.FLAGS
@@ -284,7 +284,7 @@ def main(argv: Sequence[str]) -> int:
 
 def run() -> None:
     """Console-script entry point."""
-    from estimator_dist.base.cli import run_program
+    from estimator_dist.report.cli import run_program
 
     define_flags()
     run_program(main, PROGRAM)

@@ -65,9 +65,9 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from estimator_dist.base import precision
 from estimator_dist.base.errors import UsageError
 from estimator_dist.base.params import ACCUMULATION_STEPS, MICRO_BATCHES, MIXED_PRECISION
+from estimator_dist.hardware import precision
 from estimator_dist.tf_runtime import strategies as tf_strategies
 from model_fns import learning_rates
 

@@ -24,10 +24,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Tuple
 
-from estimator_dist.base.cluster import ClusterConfig
 from estimator_dist.base.errors import UsageError
-from estimator_dist.base.precision import MIXED_PRECISIONS
 from estimator_dist.base.settings import check_bounds, none_for_zero, setting
+from estimator_dist.cluster.tf_config import ClusterConfig
+from estimator_dist.hardware.precision import MIXED_PRECISIONS
 from run_config.names import (
     CENTRAL_STORAGE,
     COMMUNICATIONS,
@@ -56,7 +56,7 @@ def _none_for_every_gpu(count: Optional[int]) -> Optional[int]:
 
 @dataclasses.dataclass(frozen=True)
 class PrecisionConfig:
-    """The precision training and evaluation sessions compute in (`estimator_dist.base.precision`).
+    """The precision sessions compute in (`estimator_dist.hardware.precision`).
 
     One setting, nested in `RunConfigOptions` (so in the training flags) and
     in a script's settings (`estimator_dist.programs.config.ScriptConfig`).

@@ -11,15 +11,23 @@ from typing import Optional
 
 import tensorflow as tf
 
-from estimator_dist.base import precision as precision_lib
 from estimator_dist.base.errors import UsageError
-from estimator_dist.base.pitfalls import CHECKPOINT_SECS
+from estimator_dist.hardware import precision as precision_lib
 from run_config.options import RunConfigOptions
 
 _COLLECTIVE_STRATEGIES = (
     "CollectiveAllReduceStrategy",
     "CollectiveAllReduceStrategyV1",
     "MultiWorkerMirroredStrategy",
+)
+
+#: `save_checkpoints_secs` with collective strategies.
+CHECKPOINT_SECS = (
+    "{where}save_checkpoints_secs{value} cannot be used with {strategy}: workers reach a "
+    "time boundary at different steps, and a checkpoint save that runs collective ops on "
+    "some workers but not others can deadlock the job (TensorFlow warns 'Collective ops may "
+    "deadlock' and silently switches to every 1000 steps). Fix: use save_checkpoints_steps "
+    "(--save_checkpoints_steps) instead."
 )
 
 
@@ -29,7 +37,7 @@ def make_session_config(
     """Returns the session configuration for `options`' threads, precision and `num_gpus`.
 
     Every training and evaluation session of the Estimator is made with it,
-    so `--mixed_precision`'s grappler rewrite (`estimator_dist.base.precision`) is on
+    so `--mixed_precision`'s grappler rewrite (`estimator_dist.hardware.precision`) is on
     in all of them; TF_CONFIG, which the RunConfig reads too, says whether they
     are a cluster's.
 
@@ -64,7 +72,7 @@ def make_run_config(
     """Builds a RunConfig.
 
     Reads TF_CONFIG from the environment, as `tf.estimator.RunConfig` always
-    does: set it (normalised, see `estimator_dist.base.cluster`) before calling.
+    does: set it (normalised, see `estimator_dist.cluster.tf_config`) before calling.
 
     Args:
       options: Checkpoint, summary and thread settings.

@@ -22,8 +22,8 @@ from typing import Optional, Tuple
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist.base.cluster import EVALUATOR, ClusterConfig
 from estimator_dist.base.errors import UsageError
+from estimator_dist.cluster.tf_config import EVALUATOR, ClusterConfig
 from estimator_dist.tf_runtime import patches
 from estimator_dist.tf_runtime import strategies as tf_strategies
 from run_config.gpus import check_gpus, use_gpus

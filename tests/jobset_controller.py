@@ -1,7 +1,7 @@
 """A JobSet, or plain Indexed Jobs, run on this machine as their controllers run them, for tests.
 
 The sibling of `tests/tfjob_operator.py` for the kinds whose pods build their own
-TF_CONFIG (`estimator_dist.base.pod_env`). `pods()` expands a manifest into its
+TF_CONFIG (`estimator_dist.cluster.pod_env`). `pods()` expands a manifest into its
 pods as the controllers would: JobSet (jobset.x-k8s.io v1alpha2) creates, for
 each replicated job, `replicas` child Jobs named `<jobset>-<replicatedJob>-<jobIndex>`
 and labels them and their pods with `jobset.sigs.k8s.io/jobset-name`,
@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from estimator_dist.base import status
+from estimator_dist.report import status
 from tests.pod_emulation import REPO, PodRun, Sandbox, exit_code
 
 JOBSET_LABEL = "jobset.sigs.k8s.io/"

@@ -8,7 +8,7 @@ of its own (never the host's); every pod's `/etc/netns/<ns>/hosts` (which `ip
 netns exec` mounts over `/etc/hosts`) holding the names the controller publishes;
 the container's command as the pod's process in its own process group, its
 output appended to `<log_dir>/<pod>.log` and its status channel
-(`estimator_dist.base.status`) read as events; and a deleted pod's SIGTERM, grace
+(`estimator_dist.report.status`) read as events; and a deleted pod's SIGTERM, grace
 period, then SIGKILL. `PodRun` is the run both controllers extend: its lifecycle
 (a control thread that reconciles every 0.1 s, clean-up of every process,
 namespace, veth, bridge and /etc/netns directory when the context ends, whatever
@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, TextIO, Tuple, TypeVar
 
-from estimator_dist.base import status
+from estimator_dist.report import status
 from tests.procs import _kill_group, report
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

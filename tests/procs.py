@@ -344,7 +344,7 @@ def free_ports(count: int) -> list:
 
 def local_cluster(num_workers: int, num_ps: int = 0, evaluator: bool = False) -> Any:
     """A chief + workers (+ ps, + evaluator) `LocalCluster` on free loopback ports."""
-    from estimator_dist.base.cluster import make_local_cluster
+    from estimator_dist.cluster.tf_config import make_local_cluster
 
     ports = free_ports(num_workers + num_ps)
     return make_local_cluster(num_workers, ports=ports, num_ps=num_ps, evaluator=evaluator)

@@ -22,6 +22,9 @@ LIBRARIES = ("input_fns", "model_fns", "run_config")
 LAYERS = (
     "estimator_dist.tf_runtime",
     "estimator_dist.base",
+    "estimator_dist.report",
+    "estimator_dist.hardware",
+    "estimator_dist.cluster",
     LIBRARIES,
     "estimator_dist.storage",
     "estimator_dist.config",

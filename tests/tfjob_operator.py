@@ -77,7 +77,7 @@ import sys
 import threading
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
-from estimator_dist.base import status
+from estimator_dist.report import status
 from tests.pod_emulation import REPO, PodRun, Sandbox, exit_code
 from tests.procs import report
 

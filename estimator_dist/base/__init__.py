@@ -1,6 +1,7 @@
 """The foundation every package of estimator-dist may import.
 
-Errors and their exit codes, the name registry, params parsing, TF_CONFIG
-and the catalogue of multi-worker pitfalls. Nothing here imports
-`input_fns`, `model_fns`, `run_config` or the rest of `estimator_dist`.
+Errors and their exit codes, the name registry, settings that carry their
+flags, params parsing, the files a job keeps in model_dir. Nothing here imports
+any other room of `estimator_dist` (`tf_runtime` aside), nor `input_fns`,
+`model_fns` or `run_config`.
 """

@@ -36,9 +36,9 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from absl import flags, logging
 
-from estimator_dist.base.console import SUPERVISED_ENV
 from estimator_dist.base.errors import UsageError
 from estimator_dist.base.params import from_params
+from estimator_dist.report.console import SUPERVISED_ENV
 
 #: Model Garden's flags that have no equivalent meaning here, with what to use instead.
 REFUSED: Mapping[str, str] = {

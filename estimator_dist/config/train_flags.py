@@ -15,11 +15,11 @@ from __future__ import annotations
 from absl import flags
 
 from estimator_dist.base import settings
-from estimator_dist.base.cpus import ONEDNN_SETTINGS
 from estimator_dist.base.errors import UsageError
 from estimator_dist.base.params import parse_params_flag
 from estimator_dist.config import garden_flags
 from estimator_dist.config.job import JobConfig
+from estimator_dist.hardware.cpus import ONEDNN_SETTINGS
 
 PROGRAM = "estimator_dist.train"
 

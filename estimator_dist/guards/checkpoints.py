@@ -35,7 +35,7 @@ from typing import List, Optional, Tuple
 
 from absl import logging
 
-from estimator_dist.base.cluster import EVALUATOR, ClusterConfig
+from estimator_dist.cluster.tf_config import EVALUATOR, ClusterConfig
 from estimator_dist.tf_runtime import native
 
 #: Where checkpoints that cannot be restored are moved, inside model_dir.

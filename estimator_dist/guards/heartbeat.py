@@ -47,7 +47,7 @@ import tensorflow as tf
 from absl import logging
 
 from estimator_dist.base import exit_codes
-from estimator_dist.base.cluster import CHIEF, WORKER, ClusterConfig
+from estimator_dist.cluster.tf_config import CHIEF, WORKER, ClusterConfig
 from estimator_dist.guards.preemption import Preemption
 from estimator_dist.guards.watchdog import fail
 

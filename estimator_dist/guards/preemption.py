@@ -43,9 +43,10 @@ from typing import Callable, List, Optional, Tuple
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist.base import exit_codes, files, status
+from estimator_dist.base import exit_codes, files
 from estimator_dist.base.files import read_json, write_json
 from estimator_dist.guards.watchdog import fail
+from estimator_dist.report import status
 from estimator_dist.storage.task import coordination_secs
 
 #: Directory of `model_dir` where requests and the decision are written.

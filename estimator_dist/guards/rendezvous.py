@@ -46,9 +46,9 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 
 from absl import logging
 
-from estimator_dist.base import status
-from estimator_dist.base.cluster import CHIEF, EVALUATOR, ClusterConfig
 from estimator_dist.base.errors import ClusterMismatchError, ClusterTimeoutError, PortInUseError
+from estimator_dist.cluster.tf_config import CHIEF, EVALUATOR, ClusterConfig
+from estimator_dist.report import status
 
 _RETRY_SECS = 0.5
 _IO_TIMEOUT = 10.0

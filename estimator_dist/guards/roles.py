@@ -21,12 +21,12 @@ from typing import Any, Callable, Optional, Union
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist.base import status
-from estimator_dist.base.cluster import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig
-from estimator_dist.base.console import StepRate, format_progress
+from estimator_dist.cluster.tf_config import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig
 from estimator_dist.guards.evaluator_watchdog import EvaluatorWatchdog
 from estimator_dist.guards.preemption import Preemption
 from estimator_dist.guards.watchdog import LastStep, Watchdog
+from estimator_dist.report import status
+from estimator_dist.report.console import StepRate, format_progress
 from model_fns import learning_rates
 
 

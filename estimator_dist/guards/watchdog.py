@@ -57,9 +57,10 @@ from typing import Any, Callable, Mapping, Optional, Tuple
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist.base import exit_codes, files, status
+from estimator_dist.base import exit_codes, files
 from estimator_dist.guards.rendezvous import WaitNotice
 from estimator_dist.guards.watchdog_hooks import EvaluationHook, StepHook
+from estimator_dist.report import status
 from estimator_dist.storage.task import flush_before_exit
 from estimator_dist.tf_runtime import patches
 

@@ -4,7 +4,7 @@ One Job per group: `<name>-train` (the chief at completion index 0, the
 workers after it), `<name>-ps`, `<name>-evaluator`. Kubernetes names each pod's
 host `<job>-<index>`, and the headless Service `<name>` (the pods' subdomain)
 makes it `<job>-<index>.<name>`, the address every pod writes into its
-TF_CONFIG (`estimator_dist.base.pod_env`). The exit-code contract is the Jobs'
+TF_CONFIG (`estimator_dist.cluster.pod_env`). The exit-code contract is the Jobs'
 `podFailurePolicy`: 1-127 fails the Job, 128-255 replaces that pod, at most
 `--backoff_limit` times per index (`backoffLimitPerIndex`), and the package's
 start-up agreement makes the other tasks meet the new pod. Built with the

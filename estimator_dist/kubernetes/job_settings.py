@@ -21,10 +21,10 @@ import posixpath
 import re
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
-from estimator_dist.base.cluster import CHIEF, EVALUATOR, PS, WORKER
 from estimator_dist.base.errors import UsageError
-from estimator_dist.base.pod_env import EVALUATOR_GROUP, PS_GROUP, TRAIN_GROUP
 from estimator_dist.base.settings import check_bounds, setting
+from estimator_dist.cluster.pod_env import EVALUATOR_GROUP, PS_GROUP, TRAIN_GROUP
+from estimator_dist.cluster.tf_config import CHIEF, EVALUATOR, PS, WORKER
 from run_config.names import MULTI_WORKER_MIRRORED
 
 if TYPE_CHECKING:
@@ -405,7 +405,7 @@ def check_train_job(settings: ManifestSettings, job: JobConfig) -> None:
       UsageError: a strategy that does not fit the tasks, or a global batch
         that does not divide over the training tasks.
     """
-    from estimator_dist.base.cluster import ClusterConfig
+    from estimator_dist.cluster.tf_config import ClusterConfig
     from estimator_dist.config.job import check_batch
     from run_config.options import check_cluster_fits
 

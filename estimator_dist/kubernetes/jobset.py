@@ -3,7 +3,7 @@
 One replicated job per group (`train`: the chief at completion index 0 and the
 workers after it; `ps`; `evaluator`), each one Indexed Job with the group's
 pods, so that JobSet's hostnames `<name>-<group>-0-<index>.<name>` are the
-addresses every pod writes into its TF_CONFIG (`estimator_dist.base.pod_env`).
+addresses every pod writes into its TF_CONFIG (`estimator_dist.cluster.pod_env`).
 The exit-code contract becomes JobSet's rules: a pod exiting 1-127 fails its
 Job through the `podFailurePolicy` (reason `PodFailurePolicy`), which fails
 the whole set; any other failure of a training or ps pod fails its Job
@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from estimator_dist.base.errors import Error
-from estimator_dist.base.pod_env import EVALUATOR_GROUP, PS_GROUP
+from estimator_dist.cluster.pod_env import EVALUATOR_GROUP, PS_GROUP
 from estimator_dist.kubernetes import pod
 from estimator_dist.kubernetes.job_settings import SDK_MISSING, ManifestSettings
 

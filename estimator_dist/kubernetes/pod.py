@@ -5,7 +5,7 @@ only when a manifest is built). The TFJob passes them to the Training SDK,
 whose models are the same classes; the Indexed Jobs are those models too; the
 JobSet and TrainJob take them as dicts into the Trainer SDK's models. Also here:
 the `podFailurePolicy` that JobSet and Indexed Jobs share, the downward-API
-variables a pod builds its TF_CONFIG from (`estimator_dist.base.pod_env`), and
+variables a pod builds its TF_CONFIG from (`estimator_dist.cluster.pod_env`), and
 the YAML. Why each field is what it is: docs/kubernetes.md.
 
 >>> deterministic_exit_codes()[:3], len(deterministic_exit_codes())
@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence
 
-from estimator_dist.base import exit_codes, pod_env
-from estimator_dist.base.pod_env import TRAIN_GROUP
+from estimator_dist.base import exit_codes
+from estimator_dist.cluster import pod_env
+from estimator_dist.cluster.pod_env import TRAIN_GROUP
 from estimator_dist.kubernetes.job_settings import (
     BASE_ENV,
     CONTAINER_NAME,
@@ -98,7 +99,7 @@ def pod_failure_policy(k8s: Any) -> Any:
 
 
 def pod_env_vars(k8s: Any, settings: ManifestSettings, group: str) -> List[Any]:
-    """What a JobSet or Indexed Job pod builds its TF_CONFIG from (`base/pod_env.py`)."""
+    """What a JobSet or Indexed Job pod builds its TF_CONFIG from (`cluster/pod_env.py`)."""
     replicas = ",".join(f"{role}={count}" for role, count in settings.roles().items())
     literals = {
         pod_env.REPLICAS: replicas,
@@ -190,7 +191,7 @@ def indexed_job_spec(
     Args:
       k8s: The `kubernetes.client` module.
       settings: The job.
-      group: `train`, `ps` or `evaluator` (`base/pod_env.py`).
+      group: `train`, `ps` or `evaluator` (`cluster/pod_env.py`).
       count: The group's pods: completions and parallelism.
       **kw: More `V1JobSpec` fields: the kind's bound on restarts.
 

@@ -5,7 +5,7 @@ namespaced `TrainingRuntime` named as the job, with the plain ML policy (no
 torch, mpi, jax or xgboost policy, so Trainer adds no environment of its own)
 and as its template the JobSet spec of `kubernetes.jobset`: Trainer creates a
 JobSet named as the TrainJob from it, whose pods build their TF_CONFIG from
-JobSet's labels (`estimator_dist.base.pod_env`). The `TrainJob` references the
+JobSet's labels (`estimator_dist.cluster.pod_env`). The `TrainJob` references the
 runtime and overrides nothing. Built with the Kubeflow Trainer SDK's models.
 """
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, List, Protocol, Tuple
 
-from estimator_dist.base.cluster import CHIEF, EVALUATOR, PS, WORKER, LocalCluster
 from estimator_dist.base.settings import check_bounds, setting
+from estimator_dist.cluster.tf_config import CHIEF, EVALUATOR, PS, WORKER, LocalCluster
 from estimator_dist.launcher.task_start import TaskProcess, TaskSpec
 
 

@@ -24,8 +24,8 @@ from typing import Callable, Dict, FrozenSet
 
 import portpicker
 
-from estimator_dist.base.cluster import CHIEF, WORKER, LocalCluster, make_local_cluster
-from estimator_dist.base.cpus import split_cores
+from estimator_dist.cluster.tf_config import CHIEF, WORKER, LocalCluster, make_local_cluster
+from estimator_dist.hardware.cpus import split_cores
 from estimator_dist.launcher import netns
 from estimator_dist.launcher.engine import JobShape
 from estimator_dist.launcher.task_start import TaskSpec, start_local_task

@@ -19,7 +19,6 @@ import functools
 import tempfile
 from typing import Optional, Sequence, Tuple
 
-from estimator_dist.base import pitfalls
 from estimator_dist.base.errors import UsageError
 from estimator_dist.config import train_flags
 from estimator_dist.config.job import check_batch
@@ -28,6 +27,7 @@ from estimator_dist.programs import config as script_lib
 from estimator_dist.programs.config import ScriptConfig, model_dir_of
 from estimator_dist.programs.locate import program_report
 from estimator_dist.storage.job import JobResults
+from estimator_dist.task import pitfalls
 
 
 @dataclasses.dataclass(frozen=True)

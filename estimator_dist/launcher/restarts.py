@@ -26,8 +26,8 @@ import time
 from typing import Callable, Dict, List, Optional, Union
 
 from estimator_dist.base import exit_codes
-from estimator_dist.base.cluster import LocalCluster
 from estimator_dist.base.errors import Error
+from estimator_dist.cluster.tf_config import LocalCluster
 from estimator_dist.launcher.exits import RestartPolicy
 from estimator_dist.launcher.supervise import Launcher
 from estimator_dist.storage.job import JobResults

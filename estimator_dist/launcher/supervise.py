@@ -8,7 +8,7 @@ task that does not print `console.PROTOCOL_LINE` among its first
 tasks' progress lines, the chief's only, which carry the job's figures), and
 waits for one attempt to end. What it decides on (the chief's first step, the
 steps reached, the last step, why a task failed) it learns from each task's
-status events (`estimator_dist.base.status`), never from the output, where a
+status events (`estimator_dist.report.status`), never from the output, where a
 user's code may print anything; a worker that lags the chief is named once.
 `exits.RestartPolicy` decides whether the whole cluster is restarted after a
 failed attempt. Both are independent of where the
@@ -39,12 +39,13 @@ import threading
 import time
 from typing import IO, Callable, Dict, List, Optional, Sequence
 
-from estimator_dist.base import console, exit_codes, files, status
-from estimator_dist.base.cluster import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig
+from estimator_dist.base import exit_codes, files
+from estimator_dist.cluster.tf_config import CHIEF, EVALUATOR, PS, WORKER, ClusterConfig
 from estimator_dist.launcher.engine import Engine
 from estimator_dist.launcher.exits import LOST_PEER, Failure, describe_exit, exit_code_of
 from estimator_dist.launcher.plan import Plan
 from estimator_dist.launcher.task_start import TaskProcess, TaskSpec
+from estimator_dist.report import console, status
 
 #: Stands in the exits queue for "the chief ran its first step: start the evaluator".
 _RELEASE = object()

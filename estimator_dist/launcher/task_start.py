@@ -6,11 +6,11 @@
 the launcher, pinned to its cores, holding the kernel's parent death signal.
 `estimator_dist.launcher.ray.engine` starts the same command in a Ray actor on another
 node and returns a proxy with the same interface. Either way the task gets the
-write end of a pipe, its status channel (`estimator_dist.base.status`), and
+write end of a pipe, its status channel (`estimator_dist.report.status`), and
 the launcher reads its events from `TaskProcess.status`.
 
 Example:
-  >>> from estimator_dist.base.cluster import make_local_cluster
+  >>> from estimator_dist.cluster.tf_config import make_local_cluster
   >>> config = make_local_cluster(1, [2001]).tasks[0]
   >>> spec = TaskSpec("estimator_dist.train", ("--train_steps=10",), config, None)
   >>> process = start_local_task(spec)  # doctest: +SKIP
@@ -28,9 +28,9 @@ import subprocess
 import sys
 from typing import Dict, FrozenSet, Iterable, Optional, Protocol, Tuple
 
-from estimator_dist.base import console, status
-from estimator_dist.base.cluster import ClusterConfig
-from estimator_dist.base.cpus import task_process_setup
+from estimator_dist.cluster.tf_config import ClusterConfig
+from estimator_dist.hardware.cpus import task_process_setup
+from estimator_dist.report import console, status
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +52,7 @@ class TaskSpec:
     def environment(self) -> Dict[str, str]:
         """The variables the task gets on top of its host's environment.
 
-        >>> from estimator_dist.base.cluster import make_local_cluster
+        >>> from estimator_dist.cluster.tf_config import make_local_cluster
         >>> config = make_local_cluster(1, [2001]).tasks[0]
         >>> sorted(TaskSpec("m", (), config, None).environment())
         ['ESTIMATOR_DIST_SUPERVISED', 'PYTHONUNBUFFERED', 'TF_CONFIG']

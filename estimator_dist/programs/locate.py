@@ -21,8 +21,9 @@ from __future__ import annotations
 import os
 from typing import List, Optional, Tuple
 
-from estimator_dist.base import pitfalls, program_scan
 from estimator_dist.base.errors import UsageError
+from estimator_dist.programs import scan as program_scan
+from estimator_dist.task import pitfalls
 
 
 def check_script(path: str) -> str:
@@ -165,7 +166,7 @@ def program_report(
         found = []
         for file in scan.files:
             with open(os.path.join(root, file) if module else file, encoding="utf-8") as stream:
-                found += pitfalls.scan_source(stream.read(), file)
+                found += program_scan.scan_source(stream.read(), file)
     except OSError as error:
         raise UsageError(f"{error.filename} cannot be read: {error.strerror}.") from None
     except SyntaxError as error:

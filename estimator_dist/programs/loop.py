@@ -32,11 +32,11 @@ import tensorflow as tf
 from absl import logging
 
 from estimator_dist.base import files
-from estimator_dist.base.cluster import CHIEF, EVALUATOR, WORKER, ClusterConfig
-from estimator_dist.base.console import LOG_DIR
 from estimator_dist.base.errors import ClusterTimeoutError, PeerFailureError, UsageError
+from estimator_dist.cluster.tf_config import CHIEF, EVALUATOR, WORKER, ClusterConfig
 from estimator_dist.config.guards import GuardConfig
 from estimator_dist.programs.results import clear, decode_metrics, encode_metrics, placed
+from estimator_dist.report.console import LOG_DIR
 from estimator_dist.task.run import EXCHANGE_DIR
 from estimator_dist.tf_runtime.estimators import local_copy
 

@@ -14,7 +14,7 @@ local one (`estimator_dist.tf_runtime.patches`, patch 5). The estimator gets
 strategies as if its constructor had received them
 (`estimator_dist.tf_runtime.estimators`). `--mixed_precision` turns its
 grappler rewrite on in the estimator's session config, the script's own
-settings kept (`estimator_dist.base.precision`).
+settings kept (`estimator_dist.hardware.precision`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from absl import logging
 
-from estimator_dist.base import precision as precision_lib
-from estimator_dist.base.cluster import EVALUATOR, ClusterConfig
 from estimator_dist.base.errors import UsageError
+from estimator_dist.cluster.tf_config import EVALUATOR, ClusterConfig
+from estimator_dist.hardware import precision as precision_lib
 from estimator_dist.programs.config import PROGRAM, ScriptConfig
 from run_config.names import MULTI_WORKER_MIRRORED, OFF, PARAMETER_SERVER
 

@@ -27,8 +27,8 @@ import os
 import traceback
 from typing import Any, Callable, Dict, Iterator, Optional, Set
 
-from estimator_dist.base.cluster import CHIEF, WORKER, ClusterConfig
 from estimator_dist.base.errors import Error, UsageError
+from estimator_dist.cluster.tf_config import CHIEF, WORKER, ClusterConfig
 from estimator_dist.guards.startup import Startup
 from estimator_dist.programs.config import PROGRAM, ScriptConfig
 from estimator_dist.programs.loop import LoopTask
@@ -307,7 +307,7 @@ class ScriptTask:
 
     def leave(self) -> None:
         """The evaluator has no part in a `train()`/`evaluate()` program: it ends (exit 0)."""
-        from estimator_dist.base import status
+        from estimator_dist.report import status
 
         self.took_part = True
         self._left = status.NO_EVALUATION
@@ -320,7 +320,7 @@ class ScriptTask:
         part in; `status.NO_TRAINING` for a training task of a cluster whose
         program only evaluated, exported or predicted.
         """
-        from estimator_dist.base import status
+        from estimator_dist.report import status
 
         training = self._cluster.task_type in (CHIEF, WORKER)
         if self._left is None and training and self.took_part and not self.run.calls:

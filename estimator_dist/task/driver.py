@@ -29,12 +29,13 @@ from typing import Optional, Tuple
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist.base import files, precision
-from estimator_dist.base.cluster import EVALUATOR, ClusterConfig
+from estimator_dist.base import files
+from estimator_dist.cluster.tf_config import EVALUATOR, ClusterConfig
 from estimator_dist.config.job import DEFAULT_TRAIN_STEPS, JobConfig, check_batch
 from estimator_dist.guards.preemption import PREEMPTION_DIR
 from estimator_dist.guards.roles import enter_task
 from estimator_dist.guards.startup import Startup
+from estimator_dist.hardware import precision
 from estimator_dist.storage.task import task_storage
 from estimator_dist.task import export, last_step, records
 from estimator_dist.task.diagnose import explain_user_error, refused_writes

@@ -17,7 +17,7 @@ a little ahead, every task stops after it, the chief checkpoints it, and all
 go on with exit 0. The other tasks' early-stopping hooks are dropped: the
 preemption hook stops them.
 
->>> from estimator_dist.base.cluster import ClusterConfig
+>>> from estimator_dist.cluster.tf_config import ClusterConfig
 >>> hooks = [tf.estimator.StopAtStepHook(last_step=10)]
 >>> agreed(hooks, None, ClusterConfig(), channel=True) == hooks  # no early stopping: as given
 True
@@ -224,7 +224,8 @@ def record_stop_at(model_dir: str, step: int, reason: str, cluster: Any) -> int:
     Returns:
       `step`.
     """
-    from estimator_dist.base import files, status
+    from estimator_dist.base import files
+    from estimator_dist.report import status
     from estimator_dist.task import last_step
 
     logging.info("estimator_dist: training ended at global step %d: %s.", step, reason)

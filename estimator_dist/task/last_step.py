@@ -28,8 +28,9 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from absl import logging
 
-from estimator_dist.base import files, status
+from estimator_dist.base import files
 from estimator_dist.base.errors import ClusterTimeoutError, UsageError
+from estimator_dist.report import status
 
 #: Written by the chief before training: the last step and how it was found.
 DECISION_FILE = files.LAST_STEP_FILE
@@ -281,7 +282,7 @@ def wait_for_decision(
 
 def _counts_here(cluster: Any) -> bool:
     """Whether this task counts its input: a training task of a collective cluster."""
-    from estimator_dist.base.cluster import CHIEF, WORKER
+    from estimator_dist.cluster.tf_config import CHIEF, WORKER
 
     return cluster.is_distributed and cluster.task_type in (CHIEF, WORKER) and not cluster.num_ps
 
@@ -303,7 +304,7 @@ def count_for_task(
     """
     import tensorflow as tf
 
-    from estimator_dist.base.cluster import CHIEF
+    from estimator_dist.cluster.tf_config import CHIEF
     from estimator_dist.task.user_code import present_input_fn
     from estimator_dist.tf_runtime import estimators
 
@@ -372,7 +373,7 @@ def decide_for_task(
       startup_timeout: Seconds the evaluator waits for the chief's decision.
       attempt: The rendezvous's attempt id, written with the decision.
     """
-    from estimator_dist.base.cluster import CHIEF, EVALUATOR
+    from estimator_dist.cluster.tf_config import CHIEF, EVALUATOR
     from estimator_dist.guards.watchdog import unreachable
 
     if cluster.is_distributed and cluster.task_type == EVALUATOR:

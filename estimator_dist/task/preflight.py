@@ -21,10 +21,9 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Tuple
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist.base import pitfalls
 from estimator_dist.base.errors import Error, UsageError, UserCodeError
 from estimator_dist.config.job import JobConfig
-from estimator_dist.task import user_code
+from estimator_dist.task import pitfalls, user_code
 from estimator_dist.tf_runtime import estimators
 from estimator_dist.tf_runtime.transparent import fn_args
 from input_fns import INPUT_FNS, prepare_input

@@ -19,11 +19,12 @@ from typing import Any, Mapping, Optional
 
 import tensorflow as tf
 
-from estimator_dist.base import precision, status
-from estimator_dist.base.cluster import ClusterConfig
-from estimator_dist.base.cpus import allowed_cores, onednn_enabled
 from estimator_dist.base.files import METRICS_FILE, json_numbers, write_json
+from estimator_dist.cluster.tf_config import ClusterConfig
 from estimator_dist.config.job import JobConfig
+from estimator_dist.hardware import precision
+from estimator_dist.hardware.cpus import allowed_cores, onednn_enabled
+from estimator_dist.report import status
 from estimator_dist.task import user_code
 from estimator_dist.task.preflight import Preflight
 from run_config.strategies import Strategies

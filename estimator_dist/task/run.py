@@ -36,9 +36,9 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Unio
 import tensorflow as tf
 from absl import logging
 
-from estimator_dist.base import console, files, status
-from estimator_dist.base.cluster import CHIEF, EVALUATOR, WORKER, ClusterConfig
+from estimator_dist.base import files
 from estimator_dist.base.errors import DataError, Error
+from estimator_dist.cluster.tf_config import CHIEF, EVALUATOR, WORKER, ClusterConfig
 from estimator_dist.config.guards import GuardConfig
 from estimator_dist.guards.checkpoints import settle_for_task
 from estimator_dist.guards.evaluator_watchdog import EvaluatorWatchdog
@@ -49,6 +49,7 @@ from estimator_dist.guards.roles import ProgressHook, start_preemption, start_wa
 from estimator_dist.guards.startup import Startup
 from estimator_dist.guards.stop_requests import StopRouter
 from estimator_dist.guards.watchdog import LastStep, Watchdog
+from estimator_dist.report import console, status
 from estimator_dist.task import diagnose, early_stopping, last_step, records
 from estimator_dist.task.user_code import present_input_fn
 from estimator_dist.tf_runtime import estimators, patches

@@ -1,6 +1,6 @@
 """What the package asks TensorFlow's compiled core, and the checkpoint state it rewrites.
 
-Checked on TensorFlow 2.15: `tests/estimator_dist/base/cpus_test.py` and
+Checked on TensorFlow 2.15: `tests/estimator_dist/hardware/cpus_test.py` and
 `tests/estimator_dist/guards/checkpoints_test.py`.
 """
 

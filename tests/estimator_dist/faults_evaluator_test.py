@@ -27,8 +27,9 @@ import time
 import pytest
 import tensorflow as tf
 
-from estimator_dist.base import exit_codes, status
+from estimator_dist.base import exit_codes
 from estimator_dist.launcher.supervise import EVALUATOR_SILENCE_SECS
+from estimator_dist.report import status
 from tests.estimator_dist.launch_test import assert_no_task_left, subreaper  # noqa: F401
 from tests.procs import Background, measured, report
 

@@ -21,7 +21,7 @@ import pytest
 import tensorflow as tf
 
 from estimator_dist.base import exit_codes
-from estimator_dist.base.cluster import CHIEF, WORKER, ClusterConfig
+from estimator_dist.cluster.tf_config import CHIEF, WORKER, ClusterConfig
 from tests.estimator_dist import faults_test
 from tests.procs import (
     CHIEF_STEP_LINE,

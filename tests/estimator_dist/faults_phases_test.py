@@ -16,7 +16,7 @@ import time
 import pytest
 
 from estimator_dist.base import exit_codes
-from estimator_dist.base.console import ConsoleFilter
+from estimator_dist.report.console import ConsoleFilter
 from tests.procs import Background, local_tf_configs, measured, report, tasks
 
 # No TensorFlow at import: this module also runs as the late-worker test's chief (at the end),

@@ -22,7 +22,7 @@ import pytest
 import tensorflow as tf
 
 from estimator_dist.base import exit_codes
-from estimator_dist.base.cluster import CHIEF, make_local_cluster
+from estimator_dist.cluster.tf_config import CHIEF, make_local_cluster
 from tests.procs import (
     CHIEF_STEP_LINE,
     Background,

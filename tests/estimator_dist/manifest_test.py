@@ -16,8 +16,9 @@ import yaml
 from absl import flags
 
 from estimator_dist import manifest
-from estimator_dist.base import cli, exit_codes
+from estimator_dist.base import exit_codes
 from estimator_dist.kubernetes import job_settings
+from estimator_dist.report import cli
 from tests import procs
 
 NAME, IMAGE = "mnist", "registry.example.com/trainer:1.0"

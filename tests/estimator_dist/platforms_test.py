@@ -14,7 +14,7 @@ written from that reading, not copied):
   goes only to the training script's process: the ps are plain
   `tf.distribute.Server`s the toolkit starts itself with the raw cluster
   (`_run_ps`), which is why the package refuses that mode
-  (`estimator_dist.base.platform_env`). Hosts are `algo-1`, `algo-2`, ...
+  (`estimator_dist.cluster.platform_env`). Hosts are `algo-1`, `algo-2`, ...
   (`SM_HOSTS`, `SM_CURRENT_HOST`; aws/sagemaker-training-toolkit at 33839372,
   environment.py, which also writes `SM_FRAMEWORK_PARAMS` as compact JSON).
 * Vertex AI: cloud.google.com/vertex-ai/docs/training/distributed-training and
@@ -50,7 +50,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.distribute import distribute_coordinator, estimator_training
 
-from estimator_dist.base.cluster import parse_tf_config
+from estimator_dist.cluster.tf_config import parse_tf_config
 from run_config.run_config import RunConfigOptions, make_run_config
 from run_config.strategies import StrategyConfig, make_strategies
 from tests.procs import checkpoint_step, free_ports, report, tasks, wait_all

@@ -5,7 +5,7 @@ and bfloat16 at the same steps and seed: `resnet_cifar` (ResNet-8, batch
 norm) on one worker, `mnist_cnn` on two against one (the multi-worker
 session is where the strategy merges its own session config into ours).
 Skipped on a CPU without bfloat16, where the flag exits 2
-(`tests/estimator_dist/base/precision_test.py`).
+(`tests/estimator_dist/hardware/precision_test.py`).
 """
 
 import glob
@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.saved_model import loader_impl
 
-from estimator_dist.base import cpus
+from estimator_dist.hardware import cpus
 from tests.procs import measured, run_module
 
 pytestmark = [

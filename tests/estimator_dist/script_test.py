@@ -21,7 +21,7 @@ import pytest
 import tensorflow as tf
 
 from estimator_dist.base import exit_codes
-from estimator_dist.base.cluster import ClusterConfig, parse_tf_config
+from estimator_dist.cluster.tf_config import ClusterConfig, parse_tf_config
 from estimator_dist.guards.startup import Startup
 from estimator_dist.programs import loop as script_loop
 from estimator_dist.programs.config import ScriptConfig
@@ -586,7 +586,7 @@ def test_a_script_task_sends_progress_events_without_a_second_progress_line(tmp_
     import subprocess
     import sys
 
-    from estimator_dist.base import status
+    from estimator_dist.report import status
 
     script, _ = write_script(
         tmp_path, "progress.py", config="tf.estimator.RunConfig(log_step_count_steps=10)"

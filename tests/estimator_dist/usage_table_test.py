@@ -17,11 +17,11 @@ import os
 import pytest
 from absl import flags
 
-from estimator_dist.base.cli import make_flags_parser, usage_exit
 from estimator_dist.base.errors import UsageError
-from estimator_dist.base.platform_env import cluster_from_environment
+from estimator_dist.cluster.platform_env import cluster_from_environment
 from estimator_dist.config.train_flags import PROGRAM, define_flags, job_from_flags
-from tests.estimator_dist.base.cluster_test import MALFORMED
+from estimator_dist.report.cli import make_flags_parser, usage_exit
+from tests.estimator_dist.cluster.tf_config_test import MALFORMED
 from tests.procs import run_module
 
 TWO = {"chief": ["localhost:2222"], "worker": ["localhost:2223"]}

@@ -12,9 +12,8 @@ import os
 import pytest
 import tensorflow as tf
 
-from estimator_dist.base import pitfalls
 from estimator_dist.base.errors import UsageError
-from estimator_dist.task import user_code
+from estimator_dist.task import pitfalls, user_code
 from input_fns import csv_input, digits, ids, tfrecord, verify
 from input_fns.convert import ConvertConfig, convert, training_params
 from tests.input_fns import data

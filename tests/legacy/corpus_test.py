@@ -60,8 +60,9 @@ from typing import Callable, Dict, Optional, Tuple, Union
 
 import pytest
 
-from estimator_dist.base import cpus, exit_codes
+from estimator_dist.base import exit_codes
 from estimator_dist.base.files import checkpoint_step
+from estimator_dist.hardware import cpus
 from estimator_dist.task.user_code import DEFAULT_EVAL_STEPS
 from tests.equivalence import TOLERANCE, checkpoint_variables, max_difference
 from tests.estimator_dist.usage_table_test import usage_error_in_process

@@ -8,8 +8,8 @@ import pytest
 import tensorflow as tf
 
 import input_fns  # noqa: F401  (registers the input keys every model accepts)
-from estimator_dist.base import pitfalls
 from estimator_dist.base.errors import UsageError
+from estimator_dist.task import pitfalls
 from model_fns import KERAS_MODELS, mobilenet_v2
 from model_fns.mobilenet_v2 import MobileNetParams, build_mobilenet_v2
 from tests.input_fns.fake_images import prepare_mock_images

@@ -215,7 +215,7 @@ def test_micro_batches_and_accumulation_equal_one_whole_batch(tmp_path, strategy
 
 def test_float16_scales_the_loss_on_gpus_that_compute_in_it(monkeypatch):
     """No GPU here: GPUs are given, and the optimizer is wrapped as TensorFlow's rewrite does."""
-    from estimator_dist.base import precision
+    from estimator_dist.hardware import precision
 
     monkeypatch.setattr(precision, "gpu_capabilities", lambda num_gpus=None: ((8, 0),))
     optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.1)

@@ -12,8 +12,8 @@ import re
 import pytest
 import tensorflow as tf
 
-from estimator_dist.base.cluster import ClusterConfig, parse_tf_config
 from estimator_dist.base.errors import UsageError
+from estimator_dist.cluster.tf_config import ClusterConfig, parse_tf_config
 from run_config import gpus
 from run_config.gpus import check_gpus, use_gpus
 from run_config.options import RunConfigOptions, plan_strategy

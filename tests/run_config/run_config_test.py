@@ -4,8 +4,8 @@ import pytest
 import tensorflow as tf
 
 from estimator_dist.base.errors import UsageError
-from estimator_dist.base.pitfalls import CHECKPOINT_SECS
 from run_config.run_config import (
+    CHECKPOINT_SECS,
     RunConfigOptions,
     make_run_config,
     make_session_config,
@@ -178,7 +178,7 @@ def test_checkpoint_steps_allowed_with_multi_worker_mirrored(tmp_path):
 def test_every_session_of_a_bfloat16_job_gets_the_onednn_rewrite(tmp_path, monkeypatch):
     from tensorflow.core.protobuf.rewriter_config_pb2 import RewriterConfig
 
-    from estimator_dist.base import cpus
+    from estimator_dist.hardware import cpus
     from run_config.options import PrecisionConfig
 
     monkeypatch.setattr(cpus, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
@@ -193,7 +193,7 @@ def test_every_session_of_a_bfloat16_job_gets_the_onednn_rewrite(tmp_path, monke
 
 
 def test_a_cpu_without_bfloat16_refuses_the_job(tmp_path, monkeypatch):
-    from estimator_dist.base import cpus
+    from estimator_dist.hardware import cpus
     from run_config.options import PrecisionConfig
 
     monkeypatch.setattr(cpus, "cpu_flags", lambda: frozenset({"sse4_2", "avx2"}))

@@ -11,8 +11,8 @@ import logging
 import pytest
 import tensorflow as tf
 
-from estimator_dist.base.cluster import ClusterConfig, parse_tf_config
 from estimator_dist.base.errors import UsageError
+from estimator_dist.cluster.tf_config import ClusterConfig, parse_tf_config
 from run_config import strategies
 from run_config.names import (
     COMMUNICATIONS,

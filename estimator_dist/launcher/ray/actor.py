@@ -10,7 +10,7 @@ when the task starts. There is no window between choosing the port and
 TensorFlow binding it, as there is when a free port is found and released;
 only a program that binds this very port with `SO_REUSEADDR` can still take
 it (docs/ray.md#ports). It then starts the task's command as its child, with the
-parent death signal and a status channel (`estimator_dist.base.status`), and
+parent death signal and a status channel (`estimator_dist.report.status`), and
 streams its output lines and its status lines to the launcher, each tagged,
 then the task's exit code: once the task exited (its output ended), its
 status channel is read for at most `STATUS_DRAIN_SECS` more, as the local
@@ -47,9 +47,9 @@ from typing import (
     Union,
 )
 
-from estimator_dist.base.cpus import task_process_setup
-from estimator_dist.base.status import DRAIN_SECS as STATUS_DRAIN_SECS
-from estimator_dist.base.status import STATUS_FD_ENV
+from estimator_dist.hardware.cpus import task_process_setup
+from estimator_dist.report.status import DRAIN_SECS as STATUS_DRAIN_SECS
+from estimator_dist.report.status import STATUS_FD_ENV
 
 #: Seconds a signal, a start or a kill may take to reach the actor.
 CALL_TIMEOUT_SECS = 10.0

@@ -38,9 +38,9 @@ import socket
 import time
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
-from estimator_dist.base.cluster import CHIEF, EVALUATOR, WORKER, ClusterConfig, LocalCluster
-from estimator_dist.base.cpus import split_cores
 from estimator_dist.base.errors import ClusterTimeoutError, Error, UsageError
+from estimator_dist.cluster.tf_config import CHIEF, EVALUATOR, WORKER, ClusterConfig, LocalCluster
+from estimator_dist.hardware.cpus import split_cores
 from estimator_dist.launcher.engine import JobShape
 from estimator_dist.launcher.ray.actor import CALL_TIMEOUT_SECS, ActorProcess, TaskHost
 from estimator_dist.launcher.ray.settings import INSTALL_HINT, RaySettings, import_ray
@@ -330,7 +330,7 @@ def shared_host_cores(
     does, each then gets its own share (`cpus.split_cores`); a task alone on
     its host keeps every core.
 
-    >>> from estimator_dist.base.cluster import make_local_cluster
+    >>> from estimator_dist.cluster.tf_config import make_local_cluster
     >>> configs = make_local_cluster(2, [1, 2], evaluator=True).tasks
     >>> here = {"host": "h1", "cores": [0, 1, 2, 3]}
     >>> shared_host_cores(configs, [here, here, here])

@@ -13,10 +13,10 @@ import pytest
 import tensorflow as tf
 
 from estimator_dist.base import exit_codes
-from estimator_dist.base.console import SUPERVISED_ENV
 from estimator_dist.base.errors import UsageError
 from estimator_dist.config import garden_flags
 from estimator_dist.config.train_args import job_from_args
+from estimator_dist.report.console import SUPERVISED_ENV
 from tests.input_fns.cifar10_binary_test import write_release
 from tests.procs import run_module
 

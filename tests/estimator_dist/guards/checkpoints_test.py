@@ -6,7 +6,7 @@ import shutil
 import pytest
 import tensorflow as tf
 
-from estimator_dist.base.cluster import ClusterConfig
+from estimator_dist.cluster.tf_config import ClusterConfig
 from estimator_dist.guards import checkpoints
 from estimator_dist.guards.checkpoints import problem, settle
 from estimator_dist.tf_runtime import patches

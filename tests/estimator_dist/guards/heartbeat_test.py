@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 from estimator_dist.base import exit_codes
-from estimator_dist.base.cluster import ClusterConfig
+from estimator_dist.cluster.tf_config import ClusterConfig
 from estimator_dist.guards import heartbeat
 from estimator_dist.guards.heartbeat import FINISHED, STOPPING, TRAINING, Heartbeat
 

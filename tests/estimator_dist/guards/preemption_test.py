@@ -339,8 +339,8 @@ def test_a_sigterm_on_a_full_disk_is_one_line_and_the_task_exits_155_at_the_grac
 def test_a_thread_of_the_package_that_raises_says_one_line_and_logs_its_traceback(
     monkeypatch, caplog
 ):
-    from estimator_dist.base.console import ConsoleFilter, LogFormatter
     from estimator_dist.guards.preemption import _one_line
+    from estimator_dist.report.console import ConsoleFilter, LogFormatter
 
     def polls():
         raise FULL_DISK

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from estimator_dist.base.cluster import ClusterConfig, make_local_cluster
 from estimator_dist.base.errors import ClusterMismatchError, ClusterTimeoutError, PortInUseError
+from estimator_dist.cluster.tf_config import ClusterConfig, make_local_cluster
 from estimator_dist.guards import rendezvous as rendezvous_module
 from estimator_dist.guards.rendezvous import WaitNotice, _problems, diff_views, rendezvous
 from tests.procs import free_ports, local_cluster

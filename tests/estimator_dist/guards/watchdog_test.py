@@ -17,10 +17,11 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.training import monitored_session
 
-from estimator_dist.base import exit_codes, status
+from estimator_dist.base import exit_codes
 from estimator_dist.guards import watchdog
 from estimator_dist.guards.evaluator_watchdog import EvaluatorWatchdog
 from estimator_dist.guards.watchdog import LastStep, Watchdog, unreachable
+from estimator_dist.report import status
 from estimator_dist.tf_runtime import patches
 from tests.hooks import CountingHook
 from tests.task_models import linear_model_fn

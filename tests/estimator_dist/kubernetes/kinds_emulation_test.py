@@ -4,7 +4,7 @@
 kubelet: a network namespace per pod, the pods' hosts in every pod's hosts file
 (the headless Service), JobSet's labels through the downward API, the Job's
 completion index, and the manifest's command as each pod's process. Each pod
-builds its own TF_CONFIG (`estimator_dist.base.pod_env`). These tests delete the
+builds its own TF_CONFIG (`estimator_dist.cluster.pod_env`). These tests delete the
 worker pod mid-training and check that the kind's rule brings the job back from
 the preemption checkpoint, no step lost, to exactly `--train_steps`; and that an
 exit 2 fails the whole job without a restart. A TrainJob's pods are its
@@ -20,8 +20,9 @@ import time
 import pytest
 import yaml
 
-from estimator_dist.base import exit_codes, status
+from estimator_dist.base import exit_codes
 from estimator_dist.base.files import checkpoint_step
+from estimator_dist.report import status
 from tests.jobset_controller import KindRun
 from tests.pod_emulation import namespaces_unavailable, wait_for
 from tests.procs import REPO, report

@@ -3,7 +3,7 @@
 Every pod of each kind is expanded as its controller makes it (`tests/jobset_controller.py`:
 JobSet's labels through the downward API, the Indexed Job's completion index and
 hostname) and must build, from that alone, the same cluster as every other pod
-(`estimator_dist.base.pod_env`), each task once, at the address its peers reach.
+(`estimator_dist.cluster.pod_env`), each task once, at the address its peers reach.
 """
 
 import subprocess
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from estimator_dist.base import exit_codes
-from estimator_dist.base.platform_env import cluster_from_environment
+from estimator_dist.cluster.platform_env import cluster_from_environment
 from estimator_dist.kubernetes import manifest as manifest_lib
 from estimator_dist.kubernetes import validate
 from tests import jobset_controller, procs

@@ -19,7 +19,8 @@ import pytest
 import tensorflow as tf
 import yaml
 
-from estimator_dist.base import exit_codes, status
+from estimator_dist.base import exit_codes
+from estimator_dist.report import status
 from tests.pod_emulation import namespaces_unavailable, wait_for
 from tests.procs import REPO, report
 from tests.tfjob_operator import TFJob, TFJobRun

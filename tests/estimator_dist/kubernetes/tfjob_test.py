@@ -6,8 +6,8 @@ import json
 import pytest
 import yaml
 
-from estimator_dist.base.cluster import parse_tf_config
 from estimator_dist.base.errors import UsageError
+from estimator_dist.cluster.tf_config import parse_tf_config
 from estimator_dist.kubernetes import job_settings, pod, tfjob
 from estimator_dist.kubernetes.job_settings import Mount
 

@@ -7,8 +7,8 @@ import sys
 import pytest
 from absl import flags
 
-from estimator_dist.base.cluster import CHIEF, EVALUATOR, WORKER
 from estimator_dist.base.errors import UsageError
+from estimator_dist.cluster.tf_config import CHIEF, EVALUATOR, WORKER
 from estimator_dist.launcher import launch_flags, local, plan, run
 from estimator_dist.launcher.engine import Engine, JobShape
 from estimator_dist.launcher.local import LocalEngine

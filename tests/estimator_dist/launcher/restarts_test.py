@@ -3,7 +3,7 @@
 import pytest
 
 from estimator_dist.base import exit_codes, files
-from estimator_dist.base.cluster import make_local_cluster
+from estimator_dist.cluster.tf_config import make_local_cluster
 from estimator_dist.launcher import restarts
 from estimator_dist.launcher.exits import Failure
 from estimator_dist.launcher.restarts import RestartSettings, run_with_restarts

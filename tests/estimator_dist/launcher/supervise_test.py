@@ -16,9 +16,8 @@ import time
 
 import pytest
 
-from estimator_dist.base import exit_codes, status
-from estimator_dist.base.cluster import make_local_cluster
-from estimator_dist.base.console import PROTOCOL_LINE
+from estimator_dist.base import exit_codes
+from estimator_dist.cluster.tf_config import make_local_cluster
 from estimator_dist.launcher import supervise
 from estimator_dist.launcher.engine import JobShape
 from estimator_dist.launcher.exits import Failure, describe_exit, exit_code_of
@@ -26,6 +25,8 @@ from estimator_dist.launcher.local import LocalEngine
 from estimator_dist.launcher.plan import Plan
 from estimator_dist.launcher.supervise import Launcher, Task
 from estimator_dist.launcher.task_start import TaskSpec, start_local_task
+from estimator_dist.report import status
+from estimator_dist.report.console import PROTOCOL_LINE
 
 pytestmark = pytest.mark.timeout(60)
 

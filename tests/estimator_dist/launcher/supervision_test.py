@@ -24,7 +24,7 @@ EVERY = 50
 USER_MODEL = '''
 import tensorflow as tf
 
-from estimator_dist.base.console import PROTOCOL_LINE
+from estimator_dist.report.console import PROTOCOL_LINE
 from model_fns import mnist_cnn
 
 MIMICS = [

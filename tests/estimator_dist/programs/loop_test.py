@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_dist.base.cluster import ClusterConfig, parse_tf_config
 from estimator_dist.base.errors import UsageError
+from estimator_dist.cluster.tf_config import ClusterConfig, parse_tf_config
 from estimator_dist.config.guards import GuardConfig
 from estimator_dist.guards.preemption import EARLY_STOP, Preemption
 from estimator_dist.programs import loop as script_loop

@@ -4,8 +4,8 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.protobuf.rewriter_config_pb2 import RewriterConfig
 
-from estimator_dist.base import cpus
-from estimator_dist.base.cluster import ClusterConfig
+from estimator_dist.cluster.tf_config import ClusterConfig
+from estimator_dist.hardware import cpus
 from estimator_dist.programs import strategy
 from estimator_dist.programs.config import ScriptConfig
 from run_config.options import PrecisionConfig

@@ -17,8 +17,8 @@ import pytest
 import tensorflow as tf
 
 from estimator_dist.base import exit_codes
-from estimator_dist.base.cluster import parse_tf_config
 from estimator_dist.base.errors import ClusterTimeoutError, UsageError
+from estimator_dist.cluster.tf_config import parse_tf_config
 from estimator_dist.guards.evaluator_watchdog import EvaluatorWatchdog, judge
 from estimator_dist.task import last_step
 from estimator_dist.task.user_code import present_input_fn

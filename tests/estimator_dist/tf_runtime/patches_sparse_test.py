@@ -20,7 +20,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.distribute.values import PerReplica
 
-from estimator_dist.base.cluster import make_local_cluster
+from estimator_dist.cluster.tf_config import make_local_cluster
 from estimator_dist.tf_runtime import patches
 from run_config.strategies import StrategyConfig, get_strategy
 from tests.estimator_dist.tf_runtime import sparse_worker

@@ -7,11 +7,11 @@ import threading
 
 import pytest
 
-from estimator_dist.base import status
 from estimator_dist.launcher.ray.actor import OUTPUT, STATUS, TaskHost
+from estimator_dist.report import status
 
 TASK = """
-from estimator_dist.base import status
+from estimator_dist.report import status
 print("global step 999", flush=True)
 status.emit(status.FirstStep(step=3))
 print("done", flush=True)

@@ -21,8 +21,8 @@ import time
 import pytest
 
 from estimator_dist.base import exit_codes
-from estimator_dist.base.cluster import make_local_cluster
 from estimator_dist.base.errors import ClusterTimeoutError, UsageError
+from estimator_dist.cluster.tf_config import make_local_cluster
 from estimator_dist.launcher import launch_flags, restarts, task_start
 from estimator_dist.launcher.engine import JobShape
 from estimator_dist.launcher.exits import Failure

@@ -4,13 +4,13 @@ import json
 
 import pytest
 
-from estimator_dist.base.cluster import (
+from estimator_dist.base.errors import ClusterConfigError, UsageError
+from estimator_dist.cluster.tf_config import (
     TF_CONFIG_SOURCE_NOTE,
     ClusterConfig,
     make_local_cluster,
     parse_tf_config,
 )
-from estimator_dist.base.errors import ClusterConfigError, UsageError
 
 TWO = {"chief": ["h0:2000"], "worker": ["h1:2000"]}
 

@@ -41,8 +41,8 @@ import contextlib
 import dataclasses
 from typing import TYPE_CHECKING, Collection, Iterator, Optional, Sequence, Tuple
 
-from estimator_dist.base import cpus
 from estimator_dist.base.errors import UsageError
+from estimator_dist.hardware import cpus
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -115,7 +115,7 @@ def decide(
 
     Args:
       requested: `off`, `bfloat16`, `float16` or `auto`.
-      cpu_flags: The CPU's instruction-set flags (`estimator_dist.base.cpus.cpu_flags`).
+      cpu_flags: The CPU's instruction-set flags (`estimator_dist.hardware.cpus.cpu_flags`).
       gpus: The compute capability `(major, minor)` of each GPU the task trains on.
       onednn: Whether TensorFlow runs oneDNN kernels (`--onednn`), which the
         bfloat16 rewrite needs.

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from estimator_dist.base.cpus import ONEDNN_VARIABLE, configure_onednn, split_cores
+from estimator_dist.hardware.cpus import ONEDNN_VARIABLE, configure_onednn, split_cores
 
 
 @pytest.mark.parametrize(
@@ -49,7 +49,7 @@ def test_fail_when_tensorflow_is_imported_and_the_setting_would_change_nothing(m
 @pytest.mark.parametrize("setting, enabled", [("on", True), ("off", False)])
 def test_the_setting_reaches_tensorflow(setting, enabled):
     script = (
-        "from estimator_dist.base.cpus import configure_onednn, onednn_enabled\n"
+        "from estimator_dist.hardware.cpus import configure_onednn, onednn_enabled\n"
         f"configure_onednn({setting!r})\n"
         "print(onednn_enabled())\n"
     )

@@ -24,6 +24,8 @@ import dataclasses
 import os
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
+from estimator_dist.task.pitfalls import NO_INPUT_CONTEXT, Pitfall
+
 YES, NO, UNKNOWN = "yes", "no", "cannot tell statically"
 #: Top-level modules whose names are TensorFlow's.
 TF_ROOTS = ("tensorflow", "tensorflow_estimator")
@@ -393,3 +395,135 @@ def scan_program(root: str, script: Optional[str] = None, module: Optional[str] 
                 paths.update(found)
                 pending += list(found.items())
     return _Program(modules).scan()
+
+
+# --- the pitfalls of a program's source ---------------------------------------------
+
+#: `save_checkpoints_secs` in a program's own RunConfig: what TensorFlow does with it on a cluster.
+CHECKPOINT_SECS_PROGRAM = (
+    "{where}save_checkpoints_secs: on a cluster TensorFlow checkpoints every 1000 steps instead "
+    "(MonitoredSession's rule for collective strategies, whose workers must save at the same "
+    "step; it logs 'Collective ops may deadlock with save_checkpoints_secs'); the last step is "
+    "still checkpointed and evaluated. To choose the interval, give save_checkpoints_steps."
+)
+#: `estimator.train` and `estimator.evaluate` in a script's source: information, not an error.
+ESTIMATOR_SEGMENT = (
+    "{where}calls estimator.{method}(...): on a cluster each call runs as one synchronised "
+    "segment on every worker, so every worker must make the same calls with the same steps. "
+    "tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec) does both in one run, "
+    "the evaluator evaluating each checkpoint while the workers train."
+)
+#: A TrainSpec without `max_steps`.
+NO_MAX_STEPS = (
+    "{where}TrainSpec(...) sets no max_steps, so training runs until the input ends. On a "
+    "cluster every training task counts its input before training and all stop at the fewest "
+    "batches any of them has (the rest of a longer shard is not trained); an input that never "
+    "ends, or a cluster with parameter servers, needs TrainSpec(input_fn, max_steps=N)."
+)
+
+
+def _called_name(node: ast.Call) -> Optional[str]:
+    function = node.func
+    if isinstance(function, ast.Attribute):
+        return function.attr
+    return function.id if isinstance(function, ast.Name) else None
+
+
+def scan_source(source: str, filename: str = "<script>") -> List[Pitfall]:
+    """Finds multi-worker pitfalls in the source of a legacy Estimator script.
+
+    Looks for `<estimator>.train(...)` calls (any call of a `train` attribute
+    with arguments) and `<estimator>.evaluate(...)` calls (with Estimator's
+    keywords or an input function), `save_checkpoints_secs=` in any call (a
+    warning: TensorFlow checkpoints by steps instead on a cluster),
+    `TrainSpec(...)` without `max_steps`, and training input_fns that take no
+    `input_context`: the functions the source hands `TrainSpec` or `train()`
+    (by name, or called in a lambda), else those whose name ends in
+    `input_fn` and says neither eval, serving nor predict.
+
+    Args:
+      source: Python source code.
+      filename: Shown in the messages.
+
+    Returns:
+      The pitfalls, in source order.
+
+    Raises:
+      SyntaxError: if `source` is not Python.
+    """
+    return [pitfall for _, pitfall in _scan(ast.parse(source, filename), filename)]
+
+
+def _scan(tree: ast.AST, filename: str) -> List[Tuple[int, Pitfall]]:
+    """`scan_source` with the line of each pitfall, in source order."""
+    found = []
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        where = f"{filename}:{line}: "
+        if isinstance(node, ast.Call):
+            keywords = {keyword.arg for keyword in node.keywords}
+            method = _is_estimator_call(node)
+            if method:
+                message = ESTIMATOR_SEGMENT.format(where=where, method=method)
+                found.append((line, Pitfall(f"estimator-{method}", message, False)))
+            # A `**kwargs` or `*args` argument may hold max_steps.
+            splat = None in keywords or any(isinstance(a, ast.Starred) for a in node.args)
+            spec_without_steps = not splat and "max_steps" not in keywords and len(node.args) < 2
+            if _called_name(node) == "TrainSpec" and spec_without_steps:
+                message = NO_MAX_STEPS.format(where=where)
+                found.append((line, Pitfall("no-max-steps", message, False)))
+            if "save_checkpoints_secs" in keywords:
+                message = CHECKPOINT_SECS_PROGRAM.format(where=where)
+                found.append((line, Pitfall("checkpoint-secs", message, False)))
+    training = _training_inputs(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            arguments = [a.arg for a in node.args.args + node.args.kwonlyargs]
+            if _trains_on(node.name, training) and "input_context" not in arguments:
+                where = f"{filename}:{node.lineno}: "
+                message = NO_INPUT_CONTEXT.format(name=f"{where}{node.name}", workers="N")
+                found.append((node.lineno, Pitfall("no-input-context", message, False)))
+    return sorted(found, key=lambda item: item[0])
+
+
+def _training_inputs(tree: ast.AST) -> set:
+    """Names of the functions the source hands `TrainSpec(...)` or `<estimator>.train(...)`.
+
+    The input argument itself when it is a name, or the functions a lambda
+    passed there calls.
+    """
+    names = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        if _called_name(node) != "TrainSpec" and _is_estimator_call(node) != "train":
+            continue
+        given = [k.value for k in node.keywords if k.arg == "input_fn"] + node.args[:1]
+        for value in given:
+            if isinstance(value, ast.Lambda):
+                names |= {
+                    name
+                    for call in ast.walk(value.body)
+                    if isinstance(call, ast.Call) and (name := _called_name(call))
+                }
+            elif isinstance(value, (ast.Name, ast.Attribute)):
+                names.add(value.id if isinstance(value, ast.Name) else value.attr)
+    return names
+
+
+def _trains_on(name: str, training: set) -> bool:
+    """Whether the function `name` is a training input: named so, or by its name's words."""
+    if training:
+        return name in training
+    lowered = name.lower()
+    others = ("eval", "serving", "serve", "predict", "test")
+    return lowered.endswith("input_fn") and not any(word in lowered for word in others)
+
+
+def script_verdict(source: str, filename: str = "<script>") -> Verdict:
+    """Reads one script's source and says whether `--script` can run it (`program_scan`).
+
+    Raises:
+      SyntaxError: if `source` is not Python.
+    """
+    return verdict(scan_sources({"__main__": (filename, source)}))

@@ -9,15 +9,15 @@ import json
 
 import pytest
 
-from estimator_dist.base import pod_env
-from estimator_dist.base.cluster import TF_CONFIG_SOURCE_NOTE, ClusterConfig
 from estimator_dist.base.errors import ClusterConfigError, UsageError
-from estimator_dist.base.platform_env import (
+from estimator_dist.cluster import pod_env
+from estimator_dist.cluster.platform_env import (
     CLUSTER_SPEC_NOTE,
     CLUSTER_SPEC_SOURCE_NOTE,
     cluster_from_environment,
     parse_cluster_spec,
 )
+from estimator_dist.cluster.tf_config import TF_CONFIG_SOURCE_NOTE, ClusterConfig
 
 POOLS = {
     "workerpool0": ["cmle-training-workerpool0-ab12-0:2222"],

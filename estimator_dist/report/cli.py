@@ -16,8 +16,8 @@ from typing import Callable, List, NoReturn, Sequence
 
 from absl import app, flags
 
-from estimator_dist.base import status
 from estimator_dist.base.exit_codes import USAGE
+from estimator_dist.report import status
 
 
 def usage_exit(program: str, message: str) -> NoReturn:

@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from estimator_dist.base import program_scan
+from estimator_dist.programs import scan as program_scan
 from tests.procs import REPO
 
 TRAINER = os.path.join(REPO, "tests", "legacy", "programs", "trainer_pkg")

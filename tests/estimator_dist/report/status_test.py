@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from estimator_dist.base import status
+from estimator_dist.report import status
 
 EVENTS = [
     status.Started(task="worker-0", pid=4242),
@@ -98,7 +98,7 @@ def test_a_task_sends_events_through_the_inherited_descriptor_and_hides_its_name
         done = run_task(
             """
             import os
-            from estimator_dist.base import status
+            from estimator_dist.report import status
             assert status.connect()
             assert status.STATUS_FD_ENV not in os.environ  # a child of the task gets no name
             status.emit(status.FirstStep(step=3))
@@ -129,7 +129,7 @@ def test_a_connected_task_sends_heartbeats_while_its_main_thread_is_busy_and_non
                 textwrap.dedent(
                     """
                     import time
-                    from estimator_dist.base import status
+                    from estimator_dist.report import status
                     status.HEARTBEAT_SECS = 0.05
                     assert status.connect()
                     print("connected", flush=True)
@@ -166,7 +166,7 @@ def test_a_connected_task_sends_heartbeats_while_its_main_thread_is_busy_and_non
 def test_without_a_launcher_emit_does_nothing():
     done = run_task(
         """
-        from estimator_dist.base import status
+        from estimator_dist.report import status
         assert not status.connect()
         status.emit(status.FirstStep(step=3))
         print("ok")
@@ -183,7 +183,7 @@ def test_a_full_pipe_drops_events_instead_of_blocking():
     try:
         done = run_task(
             """
-            from estimator_dist.base import status
+            from estimator_dist.report import status
             for step in range(1000):  # Nobody reads: the pipe fills, emit must not block.
                 status.emit(status.FirstStep(step=step))
             assert status._channel.dropped > 0, status._channel.dropped
@@ -212,7 +212,7 @@ def test_emit_after_the_launcher_is_gone_is_ignored():
     try:
         done = run_task(
             """
-            from estimator_dist.base import status
+            from estimator_dist.report import status
             status.emit(status.FirstStep(step=1))
             status.emit(status.Exiting(exit_code=0))
             print("ok")
@@ -289,7 +289,7 @@ def test_a_forked_child_does_not_keep_the_channel_open_after_the_task_exits():
             textwrap.dedent(
                 f"""
                 import os
-                from estimator_dist.base import status
+                from estimator_dist.report import status
                 assert status.connect()
                 status.emit(status.FirstStep(step=1))
                 child = os.fork()

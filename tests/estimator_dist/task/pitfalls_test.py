@@ -5,10 +5,10 @@ import textwrap
 import pytest
 import tensorflow as tf
 
-from estimator_dist.base import pitfalls
 from estimator_dist.base.errors import UsageError
 from estimator_dist.config.job import JobConfig
-from estimator_dist.task import preflight
+from estimator_dist.programs import scan as program_scan
+from estimator_dist.task import pitfalls, preflight
 from run_config.run_config import RunConfigOptions
 from tests.procs import REPO, run_module
 
@@ -36,14 +36,14 @@ SCRIPT = textwrap.dedent(
 
 
 def test_scan_finds_each_pitfall_of_a_legacy_script_with_its_line():
-    found = pitfalls.scan_source(SCRIPT, "train.py")
+    found = program_scan.scan_source(SCRIPT, "train.py")
     assert [(p.code, p.fatal) for p in found] == [
         ("no-input-context", False),
         ("checkpoint-secs", False),
         ("estimator-train", False),
     ]
     assert found[0].message.startswith("input_fn train.py:4: train_input_fn takes no")
-    assert found[1].message == pitfalls.CHECKPOINT_SECS_PROGRAM.format(where="train.py:13: ")
+    assert found[1].message == program_scan.CHECKPOINT_SECS_PROGRAM.format(where="train.py:13: ")
     assert "checkpoints every 1000 steps instead" in found[1].message
     assert found[2].message.startswith("train.py:15: calls estimator.train(...): on a cluster")
     assert "each call runs as one synchronised segment on every worker" in found[2].message
@@ -65,7 +65,7 @@ LEGACY_CALLS = textwrap.dedent(
 
 
 def test_scan_finds_evaluate_calls_and_a_train_spec_without_max_steps():
-    found = pitfalls.scan_source(LEGACY_CALLS, "run.py")
+    found = program_scan.scan_source(LEGACY_CALLS, "run.py")
     assert [(p.code, p.fatal) for p in found] == [
         ("no-max-steps", False),
         ("estimator-evaluate", False),
@@ -107,7 +107,7 @@ def test_scan_finds_evaluate_calls_and_a_train_spec_without_max_steps():
     ],
 )
 def test_script_verdict(source, verdict):
-    assert str(pitfalls.script_verdict(source, "train.py")) == verdict
+    assert str(program_scan.script_verdict(source, "train.py")) == verdict
 
 
 def test_only_the_functions_handed_to_training_are_training_inputs():
@@ -126,18 +126,18 @@ def test_only_the_functions_handed_to_training_are_training_inputs():
         exporter = tf.estimator.LatestExporter("m", serving_input_fn)
         """
     )
-    found = [p for p in pitfalls.scan_source(source, "t.py") if p.code == "no-input-context"]
+    found = [p for p in program_scan.scan_source(source, "t.py") if p.code == "no-input-context"]
     assert [p.message.split(" takes")[0] for p in found] == ["input_fn t.py:2: make_input"]
 
 
 def test_without_a_training_call_the_names_decide_and_serving_is_no_input():
     source = "def serving_input_fn():\n    pass\n\ndef train_input_fn():\n    pass\n"
-    found = [p for p in pitfalls.scan_source(source, "t.py") if p.code == "no-input-context"]
+    found = [p for p in program_scan.scan_source(source, "t.py") if p.code == "no-input-context"]
     assert [p.message.split(" takes")[0] for p in found] == ["input_fn t.py:4: train_input_fn"]
 
 
 def test_report_lists_fatal_pitfalls_first_and_says_when_there_are_none():
-    report = pitfalls.format_report(pitfalls.scan_source(SCRIPT, "train.py")).splitlines()
+    report = pitfalls.format_report(program_scan.scan_source(SCRIPT, "train.py")).splitlines()
     assert [line.split("]")[0] for line in report] == [
         "pre-flight warning [no-input-context",
         "pre-flight warning [checkpoint-secs",

@@ -42,7 +42,8 @@ import dataclasses
 import json
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from estimator_dist.base.cluster import (
+from estimator_dist.base.errors import ClusterConfigError
+from estimator_dist.cluster.tf_config import (
     CHIEF,
     EVALUATOR,
     PS,
@@ -50,7 +51,6 @@ from estimator_dist.base.cluster import (
     ClusterConfig,
     parse_tf_config,
 )
-from estimator_dist.base.errors import ClusterConfigError
 
 REPLICAS = "ESTIMATOR_DIST_REPLICAS"
 SUBDOMAIN = "ESTIMATOR_DIST_SUBDOMAIN"

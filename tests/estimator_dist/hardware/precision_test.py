@@ -4,8 +4,8 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.protobuf.rewriter_config_pb2 import RewriterConfig
 
-from estimator_dist.base import cpus, precision
 from estimator_dist.base.errors import UsageError
+from estimator_dist.hardware import cpus, precision
 
 AMX = {"avx2", "avx512f", "amx_tile", "amx_bf16"}
 AVX512_BF16 = {"avx2", "avx512f", "avx512_bf16"}

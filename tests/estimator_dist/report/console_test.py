@@ -13,11 +13,11 @@ import pytest
 import tensorflow as tf
 from absl import logging as absl_logging
 
-from estimator_dist.base import console, status
-from estimator_dist.base.console import ConsoleFilter, LogFormatter, format_progress
 from estimator_dist.config.train_args import job_from_args
 from estimator_dist.guards import roles as guards
 from estimator_dist.guards.roles import ProgressHook, progress_hook
+from estimator_dist.report import console, status
+from estimator_dist.report.console import ConsoleFilter, LogFormatter, format_progress
 from model_fns import optimizers
 from run_config.run_config import make_run_config
 from tests.procs import REPO
@@ -377,7 +377,7 @@ def test_a_tensor_named_learning_rate_is_found_as_in_model_garden():
 SCRIPT = """
 import os, sys, warnings
 from absl import app, logging
-from estimator_dist.base import console
+from estimator_dist.report import console
 
 def main(argv):
     console.start_task(verbose=os.environ["VERBOSE"] == "1")
@@ -509,7 +509,7 @@ def test_raw_grpc_details_of_a_native_error_stay_in_the_task_log():
 
 @pytest.mark.multiprocess
 def test_a_supervised_task_sends_its_heartbeat_before_tensorflow_is_imported():
-    from estimator_dist.base import status
+    from estimator_dist.report import status
 
     read_fd, write_fd = os.pipe()
     code = (

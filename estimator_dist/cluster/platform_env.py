@@ -30,7 +30,9 @@ import dataclasses
 import json
 from typing import Mapping
 
-from estimator_dist.base.cluster import (
+from estimator_dist.base.errors import ClusterConfigError
+from estimator_dist.cluster.pod_env import cluster_from_pod
+from estimator_dist.cluster.tf_config import (
     CHIEF,
     EVALUATOR,
     PS,
@@ -39,8 +41,6 @@ from estimator_dist.base.cluster import (
     ClusterConfig,
     parse_tf_config,
 )
-from estimator_dist.base.errors import ClusterConfigError
-from estimator_dist.base.pod_env import cluster_from_pod
 
 #: Vertex AI's worker pools, in `workerPoolSpecs` order, and the TF_CONFIG job each one is.
 VERTEX_POOLS = {

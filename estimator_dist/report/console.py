@@ -57,7 +57,7 @@ LOG_DIR = "logs"
 SUPERVISED_ENV = "ESTIMATOR_DIST_SUPERVISED"
 #: The first line of a task whose output the launcher may filter for the console.
 PROTOCOL_LINE = (
-    "estimator_dist.base.console: the launcher's console shows the lines meant for people; "
+    "estimator_dist.report.console: the launcher's console shows the lines meant for people; "
     "this log keeps everything (--verbose on the launcher shows everything)"
 )
 
@@ -375,7 +375,7 @@ def start_task(verbose: bool) -> None:
     """
     _install_formatter()
     if os.environ.get(SUPERVISED_ENV):
-        from estimator_dist.base import status
+        from estimator_dist.report import status
 
         # Its heartbeat starts before TensorFlow's import, which takes seconds (12 s measured
         # beside two training tasks): the launcher tells a frozen task from a slow start.

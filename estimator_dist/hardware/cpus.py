@@ -14,7 +14,7 @@ same kernels run on every task, so N-worker and 1-worker runs still match.
 
 **bfloat16.** `cpu_flags` reads the instruction sets the CPU reports
 (`/proc/cpuinfo`), and `BFLOAT16_FLAGS` are those with which oneDNN computes
-in bfloat16 natively (`estimator_dist.base.precision`).
+in bfloat16 natively (`estimator_dist.hardware.precision`).
 
 **Cores.** `split_cores` divides the cores a launcher may use among its
 training tasks, so that tasks on one machine do not fight over cores and
