@@ -37,8 +37,8 @@ written from that reading, not copied):
 Already covered elsewhere, so not repeated here: the Kubeflow dialect end to
 end with a whole script (script_test.py, the test of tasks whose TF_CONFIG a
 platform wrote), TF_CONFIG's normalisations and errors one by one
-(base/cluster_test.py), CLUSTER_SPEC and SageMaker's parameter-server mode
-(base/platform_env_test.py), a malformed TF_CONFIG exiting 2 (train_test.py),
+(cluster/tf_config_test.py), CLUSTER_SPEC and SageMaker's parameter-server mode
+(cluster/platform_env_test.py), a malformed TF_CONFIG exiting 2 (train_test.py),
 a parameter-server job under the launcher (launch_test.py), SIGTERM on tasks
 started by hand (faults_test.py, preemption_test.py).
 """
@@ -383,7 +383,7 @@ def test_vertex_chief_worker_and_evaluator_job(tmp_path, data_dir):
 @pytest.mark.timeout(TIMEOUT + 60)
 def test_sagemaker_parameter_server_shape_with_every_task_running_the_package(tmp_path, data_dir):
     # SageMaker itself runs its ps as bare TensorFlow servers, a mode the package refuses
-    # (base/platform_env_test.py); here every task, the ps included, runs the package with
+    # (cluster/platform_env_test.py); here every task, the ps included, runs the package with
     # the toolkit's TF_CONFIG: `master` becomes `chief` the same way on all four.
     master, worker, ps0, ps1 = local(4)
     shape = dict(master=master, ps=[ps0, ps1], workers=[worker])
