@@ -99,7 +99,9 @@ class RunConfigOptions:
 
     Attributes:
       model_dir: Where checkpoints, summaries and results go; shared by every
-        task of a cluster.
+        task of a cluster. None lets the Estimator pick a temporary directory,
+        as `tf.estimator.RunConfig` does. Not a flag here: the program whose
+        flags are generated from these options declares its `--model_dir`.
       save_checkpoints_steps: Save a checkpoint every this many steps.
       save_checkpoints_secs: Save every this many seconds instead; refused with
         collective strategies. Give at most one of the two.
@@ -113,13 +115,7 @@ class RunConfigOptions:
       precision: The precision of every session (`--mixed_precision`).
     """
 
-    model_dir: str = setting(
-        dataclasses.MISSING,
-        "Directory for checkpoints and results, shared by every task.",
-        kind="string",
-        flag_default=None,
-        required=True,
-    )
+    model_dir: Optional[str] = None
     save_checkpoints_steps: Optional[int] = setting(
         100, "Checkpoint every this many steps.", lower_bound=1
     )
@@ -139,8 +135,10 @@ class RunConfigOptions:
     precision: PrecisionConfig = PrecisionConfig()
 
     def __post_init__(self) -> None:
-        if not self.model_dir:
-            raise UsageError(f"model_dir must be a non-empty path, received {self.model_dir!r}.")
+        if self.model_dir is not None and not self.model_dir:
+            raise UsageError(
+                f"model_dir must be a non-empty path or None, received {self.model_dir!r}."
+            )
         if self.save_checkpoints_steps is not None and self.save_checkpoints_secs is not None:
             raise UsageError(
                 f"Give save_checkpoints_steps or save_checkpoints_secs, not both; received "

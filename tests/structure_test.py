@@ -149,6 +149,37 @@ def test_no_two_modules_import_each_other():
     assert not pairs, f"modules importing each other: {pairs}"
 
 
+def declared_flags(path):
+    """(flag, class) for every setting declared in a class body of `path` (`setting(...)`)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for item in node.body:
+            call = getattr(item, "value", None)
+            is_setting = isinstance(call, ast.Call) and getattr(call.func, "id", "") == "setting"
+            if isinstance(item, ast.AnnAssign) and is_setting:
+                named = [k.value.value for k in call.keywords if k.arg == "flag"]
+                found.append((named[0] if named else item.target.id, node.name))
+    return found
+
+
+def duplicated_flags(declarations):
+    """The flags declared by more than one class, with those classes."""
+    classes = {}
+    for flag, owner in declarations:
+        classes.setdefault(flag, []).append(owner)
+    return {flag: owners for flag, owners in classes.items() if len(owners) > 1}
+
+
+def test_each_setting_is_declared_once():
+    # A setting every kind of job takes lives in one class nested where it is needed
+    # (`estimator_dist.config`): its flag, default and help cannot drift apart.
+    declarations = [found for path in MODULES.values() for found in declared_flags(path)]
+    assert len(declarations) > 60
+    assert not duplicated_flags(declarations)
+
+
 def test_the_checks_can_fail():
     # The controls: the driver imported by a library, the launcher by the task, one
     # library by another, and an entry point by a folder are each caught.
@@ -161,6 +192,7 @@ def test_the_checks_can_fail():
     assert mutual_pairs({"a": {"b"}, "b": {"a", "c"}, "c": set()}) == [("a", "b")]
     source = pathlib.Path(__file__).with_name("structure_check_example.txt")
     assert private_tensorflow_imports(source) == {"tensorflow.python.util"}
+    assert duplicated_flags(declared_flags(source)) == {"model_dir": ["Job", "Script"]}
 
 
 def test_the_readme_stays_a_front_page():

@@ -17,8 +17,9 @@ from typing import Any, Mapping, Optional, Tuple
 from estimator_dist.base import params as params_lib
 from estimator_dist.base.errors import UsageError
 from estimator_dist.base.settings import check_bounds, setting
+from estimator_dist.config.evaluation import EvaluationConfig
 from estimator_dist.config.guards import GuardConfig
-from estimator_dist.storage.location import place
+from estimator_dist.config.results import ResultsConfig
 from run_config.names import EVAL_STRATEGY_NAMES
 from run_config.options import RunConfigOptions, StrategyConfig
 
@@ -102,8 +103,6 @@ class JobConfig:
         the dry run refuses a model_fn that does not.
       learning_rate: Passed to the model as `params["learning_rate"]`.
       data_dir: Dataset directory passed to the input_fn.
-      storage: URL where the job's results live while model_dir is local on each
-        machine (`estimator_dist.storage`); None: model_dir holds them.
       params: Extra model and input hyper-parameters (`--params`).
       strategy: Training distribution strategy, and the GPUs per worker.
       eval_strategy: Evaluation strategy name (`off`, `mirrored`, `one_device`).
@@ -118,7 +117,10 @@ class JobConfig:
         receives it as `params["num_train_examples"]` for `decay_epochs`.
       notes: How flags given in epochs or in Model Garden's terms became
         these settings, one line each (`estimator_dist.config.garden_flags`).
-      run: Checkpoint, summary, thread and seed settings; holds `model_dir`.
+      run: Checkpoint, summary, thread and seed settings; its `model_dir` is
+        the job's.
+      results: `--model_dir` and `--storage`; a job needs a model_dir, given
+        here or in `run`.
 
     Each setting is a field that carries its flag (`estimator_dist.base.settings`),
     nested `run` and `strategy` included: `estimator_dist.config.train_flags`
@@ -126,7 +128,8 @@ class JobConfig:
     flags, and `__post_init__` is where the job is validated.
     """
 
-    run: RunConfigOptions
+    run: RunConfigOptions = RunConfigOptions()
+    results: ResultsConfig = ResultsConfig()
     model_fn: str = setting(
         "mnist_cnn",
         "model_fn: a registered name (mnist_cnn, resnet_cifar, dnn_classifier, "
@@ -234,13 +237,6 @@ class JobConfig:
         "CIFAR-10's binary release (cifar-10-batches-bin).",
         kind="string",
     )
-    storage: Optional[str] = setting(
-        None,
-        "URL where the job's results live (s3://bucket/run1, gs://..., az://...) while "
-        "--model_dir is a local path on each task's machine: no shared file system needed. A "
-        "--model_dir=s3://... works this way by itself. See docs/running.md.",
-        kind="string",
-    )
     params: Mapping[str, Any] = setting(
         dataclasses.MISSING,
         "Model/input hyper-parameters: key=value,... or a .json/.yaml file.",
@@ -252,7 +248,7 @@ class JobConfig:
     eval_strategy: str = setting(
         "off", "Evaluation strategy.", flag="eval_distribution_strategy", enum=EVAL_STRATEGY_NAMES
     )
-    eval_throttle_secs: int = setting(5, "Least seconds between evaluations.", lower_bound=0)
+    evaluation: EvaluationConfig = EvaluationConfig()
     guards: GuardConfig = GuardConfig()
     trace_every_steps: Optional[int] = setting(
         None,
@@ -272,7 +268,7 @@ class JobConfig:
 
     def __post_init__(self) -> None:
         check_bounds(self)
-        place(self.run.model_dir, self.storage)
+        self._place_results()
         if self.keras_model and self.estimator:
             raise UsageError(
                 f"Give --keras_model or --estimator, not both; received "
@@ -307,6 +303,36 @@ class JobConfig:
         if self.learning_rate <= 0:
             raise UsageError(f"learning_rate must be positive, received {self.learning_rate}.")
         self._check_params()
+
+    def _place_results(self) -> None:
+        """Makes `run.model_dir` and `results.model_dir` the job's one model_dir."""
+        given = {self.run.model_dir, self.results.model_dir} - {None}
+        if len(given) > 1:
+            raise UsageError(
+                f"two model_dirs for one job: {' and '.join(sorted(given))}; give one, as "
+                "--model_dir (or RunConfigOptions.model_dir in code)."
+            )
+        if not given:
+            raise UsageError(
+                "no --model_dir: a job needs the directory of its checkpoints and results, "
+                "reached by every task; pass e.g. --model_dir=/tmp/run1 (or a URL such as "
+                "s3://bucket/run1)."
+            )
+        (model_dir,) = given
+        object.__setattr__(self, "run", dataclasses.replace(self.run, model_dir=model_dir))
+        results = dataclasses.replace(self.results, model_dir=model_dir)
+        object.__setattr__(self, "results", results)
+
+    @property
+    def storage(self) -> Optional[str]:
+        """`--storage`: the URL the job's results live at, or None."""
+        return self.results.storage
+
+    def working_in(self, model_dir: str) -> JobConfig:
+        """This job as a task runs it in `model_dir`, its local copy of the job's results."""
+        run = dataclasses.replace(self.run, model_dir=model_dir)
+        results = dataclasses.replace(self.results, model_dir=model_dir)
+        return dataclasses.replace(self, run=run, results=results)
 
     def _check_params(self) -> None:
         """Refuses `--params`/`--eval_params` keys that flags set, or that disagree with them."""

@@ -6,8 +6,8 @@ whatever its kind: `tfjob` (Kubeflow training-operator v1), `trainjob`
 Indexed Jobs). Its fields carry the program's flags
 (`estimator_dist.base.settings`). Nothing here imports a Kubernetes SDK.
 
->>> settings = ManifestSettings(name="mnist", image="trainer:1", num_workers=2,
-...     model_dir="gs://bucket/run1", train_args=("--model_dir=gs://bucket/run1",))
+>>> settings = ManifestSettings(name="mnist", image="trainer:1", model_dir="gs://bucket/run1",
+...     train_args=("--model_dir=gs://bucket/run1",), shape=JobShape(2, 0, False))
 >>> settings.kind, settings.grace_period_secs(), settings.groups()
 ('tfjob', 30, {'train': 2})
 """
@@ -25,6 +25,7 @@ from estimator_dist.base.errors import UsageError
 from estimator_dist.base.settings import check_bounds, setting
 from estimator_dist.cluster.pod_env import EVALUATOR_GROUP, PS_GROUP, TRAIN_GROUP
 from estimator_dist.cluster.tf_config import CHIEF, EVALUATOR, PS, WORKER
+from estimator_dist.config.shape import JobShape
 from run_config.names import MULTI_WORKER_MIRRORED
 
 if TYPE_CHECKING:
@@ -129,7 +130,6 @@ class ManifestSettings:
     Attributes:
       name: The job's name, the prefix of its pods' and services' names.
       image: The container image, with estimator-dist and the model code.
-      num_workers: Training tasks, the chief included (as the launcher's).
       model_dir: The training job's `--model_dir`, shared by every replica.
       train_args: Arguments of `program`, the same on every replica.
       kind: What to print: one of `KINDS`.
@@ -137,8 +137,6 @@ class ManifestSettings:
       strategy: The training job's `--distribution_strategy`.
       communication: Its `--communication` (upper case) when the training
         flags set it, None when they leave it to the default.
-      evaluator: Whether to add an Evaluator replica.
-      num_ps: Parameter server replicas.
       gpus_per_worker: `nvidia.com/gpu` limit of the chief and each worker.
       namespace: The Kubernetes namespace.
       mounts: PersistentVolumeClaims mounted in every pod.
@@ -152,6 +150,8 @@ class ManifestSettings:
       program: The module each replica runs: `estimator_dist.train`, or
         `estimator_dist.script` for a script or module (`train_args` then hold
         its flags, `--`, and the program's arguments).
+      shape: The replicas: chief and workers, parameter servers, an evaluator
+        (the launcher's `JobShape`, from the same flags).
     """
 
     name: str = setting(
@@ -168,14 +168,6 @@ class ManifestSettings:
         flag_default=None,
         required=True,
     )
-    num_workers: int = setting(
-        dataclasses.MISSING,
-        "Training tasks, the chief included: a chief and NUM_WORKERS-1 workers.",
-        kind="integer",
-        flag_default=None,
-        lower_bound=1,
-        required=True,
-    )
     model_dir: str
     train_args: Tuple[str, ...]
     kind: str = setting(
@@ -188,16 +180,6 @@ class ManifestSettings:
     preemption_grace_secs: float = 25.0
     strategy: str = MULTI_WORKER_MIRRORED
     communication: Optional[str] = None
-    evaluator: bool = setting(
-        False,
-        "Add an evaluator, which evaluates each checkpoint and writes the final metrics; "
-        "the job waits for it (a TFJob's cleanPodPolicy becomes None).",
-    )
-    num_ps: int = setting(
-        0,
-        "Parameter servers (with --distribution_strategy=parameter_server after '--').",
-        lower_bound=0,
-    )
     gpus_per_worker: int = setting(
         0,
         "nvidia.com/gpu limit of the chief and each worker; the training flags get "
@@ -255,6 +237,7 @@ class ManifestSettings:
         lower_bound=0,
     )
     program: str = TRAIN_COMMAND[-1]
+    shape: JobShape = JobShape()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "train_args", tuple(self.train_args))
@@ -327,6 +310,21 @@ class ManifestSettings:
                     "digits, '_', '-', '.'), other than TF_CONFIG and ESTIMATOR_DIST_*, "
                     "which the operator or the manifest writes."
                 )
+
+    @property
+    def num_workers(self) -> int:
+        """Training replicas, the chief included."""
+        return self.shape.num_workers
+
+    @property
+    def num_ps(self) -> int:
+        """Parameter server replicas."""
+        return self.shape.num_ps
+
+    @property
+    def evaluator(self) -> bool:
+        """Whether the job has an Evaluator replica."""
+        return self.shape.evaluator
 
     def roles(self) -> Dict[str, int]:
         """Tasks by TF_CONFIG role, in the order they are written, without empty roles."""

@@ -71,15 +71,17 @@ def _script_settings(f: flags.FlagValues, args: Sequence[str]) -> ManifestSettin
             "Pass it as --model_dir=DIR before '--', and give the program the same one."
         )
     chosen = f["communication"].present
-    communication = "NCCL" if f.gpus_per_worker and not chosen else config.communication
-    config = dataclasses.replace(config, model_dir=model_dir, communication=communication)
+    strategy = config.strategy
+    if f.gpus_per_worker and not chosen:
+        strategy = dataclasses.replace(strategy, communication="NCCL")
+    config = dataclasses.replace(config.working_in(model_dir), strategy=strategy)
     return settings.from_flags(
         ManifestSettings,
         f,
         model_dir=model_dir,
         train_args=tuple(config.to_args()),
         preemption_grace_secs=config.guards.preemption_grace_secs,
-        communication=config.communication if chosen else None,
+        communication=strategy.communication if chosen else None,
         program=script_config.PROGRAM,
     )
 

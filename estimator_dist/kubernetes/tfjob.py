@@ -6,9 +6,10 @@ Training SDK's own model (`KubeflowOrgV1TFJob`, with the shared pod of
 without it. Why each field is what it is (replicas, `restartPolicy: ExitCode`,
 `cleanPodPolicy`, the grace period, volumes, GPUs): docs/kubernetes.md.
 
+>>> from estimator_dist.config.shape import JobShape
 >>> from estimator_dist.kubernetes.job_settings import ManifestSettings
->>> settings = ManifestSettings(name="mnist", image="trainer:1", num_workers=2,
-...     model_dir="gs://bucket/run1", train_args=("--model_dir=gs://bucket/run1",))
+>>> settings = ManifestSettings(name="mnist", image="trainer:1", model_dir="gs://bucket/run1",
+...     train_args=("--model_dir=gs://bucket/run1",), shape=JobShape(2, 0, False))
 >>> replicas(settings), clean_pod_policy(settings)
 ({'Chief': 1, 'Worker': 1}, 'Running')
 """
@@ -50,8 +51,9 @@ def clean_pod_policy(settings: ManifestSettings) -> str:
 def operator_tf_config(settings: ManifestSettings, kind: str, index: int) -> Dict[str, Any]:
     """The TF_CONFIG the training operator writes into one replica's pod.
 
-    >>> settings = ManifestSettings(name="m", image="i", num_workers=1, model_dir="gs://b/r",
-    ...     train_args=())
+    >>> from estimator_dist.config.shape import JobShape
+    >>> settings = ManifestSettings(name="m", image="i", model_dir="gs://b/r", train_args=(),
+    ...     shape=JobShape(1, 0, False))
     >>> operator_tf_config(settings, "Chief", 0)["cluster"]
     {'chief': ['m-chief-0.default.svc:2222']}
     """

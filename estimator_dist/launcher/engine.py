@@ -8,6 +8,7 @@ starts, watches and stops those processes the same way for every engine.
 as Ray actors on a Ray cluster's nodes.
 
 Example:
+  >>> from estimator_dist.config.shape import JobShape
   >>> from estimator_dist.launcher.local import LocalEngine
   >>> engine: Engine = LocalEngine(JobShape(2, 0, True), network_isolation=False)
   >>> engine.kind, engine.needs_shared_model_dir
@@ -16,39 +17,10 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Callable, List, Protocol, Tuple
+from typing import Callable, Protocol
 
-from estimator_dist.base.settings import check_bounds, setting
-from estimator_dist.cluster.tf_config import CHIEF, EVALUATOR, PS, WORKER, LocalCluster
+from estimator_dist.cluster.tf_config import LocalCluster
 from estimator_dist.launcher.task_start import TaskProcess, TaskSpec
-
-
-@dataclasses.dataclass(frozen=True)
-class JobShape:
-    """The tasks of a job: training workers (the chief included), ps tasks, an evaluator."""
-
-    num_workers: int = setting(2, "Training tasks, the chief included.", lower_bound=1)
-    num_ps: int = setting(
-        0, "Parameter server tasks (with --distribution_strategy=parameter_server).", lower_bound=0
-    )
-    evaluator: bool = setting(
-        True,
-        "Run an evaluator task, which evaluates each checkpoint and writes the final metrics.",
-    )
-
-    def __post_init__(self) -> None:
-        check_bounds(self)
-
-    def tasks(self) -> List[Tuple[str, int]]:
-        """Each task's job name and index, in the order of the cluster's tasks.
-
-        >>> JobShape(2, 1, True).tasks()
-        [('chief', 0), ('worker', 0), ('ps', 0), ('evaluator', 0)]
-        """
-        tasks = [(CHIEF, 0)] + [(WORKER, i) for i in range(self.num_workers - 1)]
-        tasks += [(PS, i) for i in range(self.num_ps)]
-        return tasks + ([(EVALUATOR, 0)] if self.evaluator else [])
 
 
 class Engine(Protocol):

@@ -23,7 +23,8 @@ from absl import flags
 from estimator_dist.base import settings as settings_lib
 from estimator_dist.base.errors import UsageError
 from estimator_dist.base.settings import setting
-from estimator_dist.launcher.engine import Engine, JobShape
+from estimator_dist.config.shape import JobShape
+from estimator_dist.launcher.engine import Engine
 from estimator_dist.launcher.local import LocalEngine
 from estimator_dist.launcher.ray.engine import RayEngine
 from estimator_dist.launcher.ray.settings import RaySettings, import_ray

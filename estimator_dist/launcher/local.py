@@ -10,7 +10,7 @@ tasks do not fight over cores and TensorFlow sizes each task's thread pools to
 its share; the evaluator and ps tasks use every core.
 
 Example:
-  >>> from estimator_dist.launcher.engine import JobShape
+  >>> from estimator_dist.config.shape import JobShape
   >>> engine = LocalEngine(JobShape(2, 0, True), network_isolation=False)
   >>> [config.role for config in engine.new_cluster(0).tasks]
   ['chief-0', 'worker-0', 'evaluator-0']
@@ -25,9 +25,9 @@ from typing import Callable, Dict, FrozenSet
 import portpicker
 
 from estimator_dist.cluster.tf_config import CHIEF, WORKER, LocalCluster, make_local_cluster
+from estimator_dist.config.shape import JobShape
 from estimator_dist.hardware.cpus import split_cores
 from estimator_dist.launcher import netns
-from estimator_dist.launcher.engine import JobShape
 from estimator_dist.launcher.task_start import TaskSpec, start_local_task
 
 

@@ -130,7 +130,7 @@ def script_plan(config: ScriptConfig, script: Optional[str], script_args: Sequen
             f"({', '.join(script_lib.MODEL_DIR_ARGS)}). Pass it as --model_dir=DIR before "
             "'--', and give the program the same directory."
         )
-    config = dataclasses.replace(config, model_dir=model_dir)
+    config = config.working_in(model_dir)
     JobResults(model_dir, config.storage).check()  # Credentials and bucket, before any task.
     verdict, _, found = program_report(script, config.module, config.package_path)
     return Plan(

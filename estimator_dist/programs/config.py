@@ -11,9 +11,10 @@ that uses absl defines and parses its own flags on the global ones; the
 launcher defines them too and passes them on (`ScriptConfig.to_args`). No
 TensorFlow import here: the launcher reads this before starting any task.
 
->>> config = ScriptConfig(__file__, ["--max_steps=10"], communication="ring")
+>>> ring = StrategyConfig(communication="ring")
+>>> config = ScriptConfig(__file__, ["--max_steps=10"], strategy=ring)
 >>> config.to_args()[:2]
-['--communication=RING', '--startup_timeout=600.0']
+['--distribution_strategy=multi_worker_mirrored', '--communication=RING']
 """
 
 from __future__ import annotations
@@ -26,21 +27,24 @@ from absl import flags
 
 from estimator_dist.base import settings
 from estimator_dist.base.errors import UsageError
-from estimator_dist.base.settings import check_bounds, none_for_zero, setting
+from estimator_dist.base.settings import setting
+from estimator_dist.config.evaluation import EvaluationConfig
 from estimator_dist.config.guards import GuardConfig
+from estimator_dist.config.results import ResultsConfig
 from estimator_dist.programs.locate import (
     check_module_name,
     check_package_path,
     check_script,
     find_module,
 )
-from estimator_dist.storage.location import place
-from run_config.names import COMMUNICATIONS
-from run_config.options import PrecisionConfig
+from run_config.names import MULTI_WORKER_MIRRORED, PARAMETER_SERVER
+from run_config.options import PrecisionConfig, StrategyConfig
 
 __all__ = ["ScriptConfig", "check_script", "config_from_flags", "define_flags", "model_dir_of"]
 
 PROGRAM = "estimator_dist.script"
+#: The strategies a program's task can give a program whose RunConfig sets none.
+PROGRAM_STRATEGIES = (MULTI_WORKER_MIRRORED, PARAMETER_SERVER)
 
 
 #: Arguments of a program that name its model_dir, by the conventions programs follow.
@@ -76,15 +80,12 @@ class ScriptConfig:
       path: The script; made absolute and checked to be Python. With `module`,
         the module's file (what `python -m` puts in `sys.argv[0]`), found from it.
       args: The program's own command-line arguments.
-      communication: RING, NCCL or AUTO (any case), for the strategy given to
-        a script whose RunConfig has none.
-      collective_timeout: Seconds a collective may wait, or None for ever.
-      model_dir: The directory the script's estimator must write to, or None
-        to take the script's.
-      storage: URL where the job's results live while model_dir is local on each
-        machine (`estimator_dist.storage`), or None.
-      eval_start_delay_secs: Replaces the EvalSpec's start_delay_secs, or None.
-      eval_throttle_secs: Replaces the EvalSpec's throttle_secs, or None.
+      results: The job's model_dir (where the program's estimators must write,
+        or None to take the program's) and the storage URL of its results.
+      strategy: The strategy given, on a cluster, to a program whose RunConfig
+        sets none: its collectives and gradient transport (`name` is
+        multi_worker_mirrored, or parameter_server; `num_gpus` stays None).
+      evaluation: The evaluator's timing over the program's EvalSpec.
       guards: The task's time bounds and preemption checkpoint.
       precision: `--mixed_precision` of the estimator's sessions, the
         script's own session config kept.
@@ -95,8 +96,9 @@ class ScriptConfig:
         checked; False for a manifest, whose program is inside an image: then
         only the names are checked and paths are kept as given.
 
-    >>> config = ScriptConfig(__file__, ["--max_steps=10"], communication="ring")
-    >>> config.communication, config.args
+    >>> ring = StrategyConfig(communication="ring")
+    >>> config = ScriptConfig(__file__, ["--max_steps=10"], strategy=ring)
+    >>> config.strategy.communication, config.args
     ('RING', ('--max_steps=10',))
     """
 
@@ -116,48 +118,9 @@ class ScriptConfig:
         "on sys.path (default: the current directory, made absolute).",
         kind="string",
     )
-    model_dir: Optional[str] = setting(
-        None,
-        "The directory the script's estimator writes to (its RunConfig or Estimator "
-        "model_dir). When given, a task whose estimator uses another one fails at once "
-        "(exit 2). The launcher writes logs/ there and reads the checkpoint step from it.",
-        kind="string",
-    )
-    storage: Optional[str] = setting(
-        None,
-        "URL where the job's results live (s3://bucket/run1, gs://...) while --model_dir is a "
-        "local path on each task's machine: no shared file system needed. A --model_dir=s3://... "
-        "works this way by itself. See docs/running.md.",
-        kind="string",
-    )
-    communication: str = setting(
-        "AUTO",
-        "Collective implementation of the MultiWorkerMirroredStrategy given to a script "
-        "whose RunConfig sets no train_distribute; NCCL needs GPUs, RING runs anywhere.",
-        enum=COMMUNICATIONS,
-    )
-    collective_timeout: Optional[float] = setting(
-        None,
-        "Seconds a collective of the given strategy may wait for its peers; 0 waits forever "
-        "(see estimator_dist.train --helpfull).",
-        kind="float",
-        flag_default=0,
-        lower_bound=0.0,
-        convert=none_for_zero,
-    )
-    eval_start_delay_secs: Optional[int] = setting(
-        None,
-        "Replaces the script's EvalSpec start_delay_secs (TensorFlow's default: 120 s).",
-        kind="integer",
-        lower_bound=0,
-    )
-    eval_throttle_secs: Optional[int] = setting(
-        None,
-        "Replaces the script's EvalSpec throttle_secs (TensorFlow's default: 600 s). A "
-        "checkpoint at the last step ends the evaluator's wait at once, whatever its value.",
-        kind="integer",
-        lower_bound=0,
-    )
+    results: ResultsConfig = ResultsConfig()
+    strategy: StrategyConfig = StrategyConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
     guards: GuardConfig = GuardConfig()
     precision: PrecisionConfig = PrecisionConfig()
     resolve: bool = dataclasses.field(default=True, compare=False)
@@ -165,30 +128,45 @@ class ScriptConfig:
     def __post_init__(self) -> None:
         self._check_program()
         object.__setattr__(self, "args", tuple(self.args))
-        if self.storage and not self.model_dir:
+        self._check_strategy()
+        model_dir = self.results.model_dir
+        if model_dir and "://" not in model_dir and self.resolve:
+            results = dataclasses.replace(self.results, model_dir=os.path.abspath(model_dir))
+            object.__setattr__(self, "results", results)
+
+    def _check_strategy(self) -> None:
+        """Refuses strategy settings that have no meaning for a program's task."""
+        name = self.strategy.name
+        if name not in PROGRAM_STRATEGIES:
             raise UsageError(
-                f"--storage={self.storage} needs --model_dir, the local directory the script's "
-                "estimator writes to on each machine; pass e.g. --model_dir=/tmp/run1."
+                f"--distribution_strategy={name} for a program: the strategy the task gives a "
+                "program whose RunConfig sets no train_distribute must span the cluster; "
+                f"expected one of {', '.join(PROGRAM_STRATEGIES)} (the second when TF_CONFIG "
+                "lists ps tasks, chosen by itself). To train with another strategy, build it "
+                "in the program's RunConfig: a strategy the program sets is kept."
             )
-        if self.model_dir:
-            place(self.model_dir, self.storage)
-        communication = str(self.communication).upper()
-        if communication not in COMMUNICATIONS:
+        if self.strategy.num_gpus is not None:
             raise UsageError(
-                f"--communication={self.communication} is not a collective implementation; "
-                f"valid values are {', '.join(COMMUNICATIONS)}."
+                f"--num_gpus={self.strategy.num_gpus} for a program: a program's task trains on "
+                "the GPUs its process sees, as the program does alone. Choose them with "
+                "CUDA_VISIBLE_DEVICES in the task's environment, and leave --num_gpus out."
             )
-        object.__setattr__(self, "communication", communication)
-        if self.collective_timeout is not None and self.collective_timeout <= 0:
-            raise UsageError(
-                f"collective_timeout must be positive or None, received {self.collective_timeout}."
-            )
-        check_bounds(self)
-        if self.model_dir is not None:
-            if not self.model_dir:
-                raise UsageError("--model_dir is empty; give the directory the script writes to.")
-            if "://" not in self.model_dir and self.resolve:
-                object.__setattr__(self, "model_dir", os.path.abspath(self.model_dir))
+
+    @property
+    def model_dir(self) -> Optional[str]:
+        """`--model_dir`: where the program's estimators must write, or None for anywhere."""
+        return self.results.model_dir
+
+    @property
+    def storage(self) -> Optional[str]:
+        """`--storage`: the URL the job's results live at, or None."""
+        return self.results.storage
+
+    def working_in(self, model_dir: str) -> ScriptConfig:
+        """This config as a task runs it in `model_dir`, its local copy of the job's results."""
+        return dataclasses.replace(
+            self, results=dataclasses.replace(self.results, model_dir=model_dir)
+        )
 
     def _check_program(self) -> None:
         """Checks the script or the module (found by its files when `resolve`)."""
@@ -239,6 +217,19 @@ class ScriptConfig:
         return [*given, "--", *self.args]
 
 
+#: What the strategy flags mean for a program, where they are narrower than for a named job.
+PROGRAM_HELPS = {
+    "distribution_strategy": (
+        "Strategy a task on a cluster gives a program whose RunConfig sets no "
+        "train_distribute: multi_worker_mirrored, or parameter_server (chosen by itself when "
+        "TF_CONFIG lists ps tasks). A strategy the program sets is kept; in one process the "
+        "program trains as it does alone."
+    ),
+    "num_gpus": (
+        "Not for programs: a program trains on the GPUs its process sees; choose them with "
+        "CUDA_VISIBLE_DEVICES."
+    ),
+}
 #: The flags of a script's settings, in the order they are passed on, the program's first.
 PROGRAM_FLAG_NAMES = ("module", "package_path")
 #: The other flags: those of the task's settings.
@@ -254,7 +245,9 @@ def define_flags(flag_values: flags.FlagValues, package_path_help: str = "") -> 
     They live on their own `FlagValues` in this module, not on `flags.FLAGS`:
     a script that uses absl defines and parses its own flags there.
     """
-    helps = {"package_path": package_path_help} if package_path_help else None
+    helps = dict(PROGRAM_HELPS)
+    if package_path_help:
+        helps["package_path"] = package_path_help
     settings.define_flags(ScriptConfig, flag_values, __name__, helps)
 
 

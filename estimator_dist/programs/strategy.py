@@ -1,8 +1,9 @@
 """The strategies a legacy script's estimator trains with on its task.
 
 On a task of a cluster, a script whose RunConfig sets no `train_distribute`
-gets the one its task needs (MultiWorkerMirroredStrategy with --communication
-on the chief and workers, a local MirroredStrategy on the evaluator); a
+gets the one its task needs (a MultiWorkerMirroredStrategy made from the
+strategy flags, `ScriptConfig.strategy`, on the chief and workers, a local
+MirroredStrategy on the evaluator); a
 strategy the script built itself is kept, and a MultiWorkerMirroredStrategy
 then all-reduces sparse gradients as dense tensors
 (`estimator_dist.tf_runtime.patches`). In one process the script trains with
@@ -29,7 +30,7 @@ from estimator_dist.base.errors import UsageError
 from estimator_dist.cluster.tf_config import EVALUATOR, ClusterConfig
 from estimator_dist.hardware import precision as precision_lib
 from estimator_dist.programs.config import PROGRAM, ScriptConfig
-from run_config.names import MULTI_WORKER_MIRRORED, OFF, PARAMETER_SERVER
+from run_config.names import OFF, PARAMETER_SERVER
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -113,7 +114,7 @@ def _distribute(
     """`distribute`'s strategies."""
     from estimator_dist.tf_runtime import estimators, patches
     from estimator_dist.tf_runtime import strategies as strategies_lib
-    from run_config.strategies import StrategyConfig, communication_of, make_strategies
+    from run_config.strategies import communication_of, make_strategies
 
     run_config = estimators.run_config(estimator)
     own = run_config.train_distribute
@@ -135,8 +136,8 @@ def _distribute(
             raise UsageError(PS_WITHOUT_STRATEGY.format(ps=cluster.num_ps, program=PROGRAM))
         # The evaluator gets a local strategy of either kind; the name only has
         # to fit the cluster.
-        name = PARAMETER_SERVER if cluster.num_ps else MULTI_WORKER_MIRRORED
-        wanted = StrategyConfig(name, config.communication, config.collective_timeout)
+        name = PARAMETER_SERVER if cluster.num_ps else config.strategy.name
+        wanted = dataclasses.replace(config.strategy, name=name)
         if earlier is not None and earlier.injected:
             given = estimators.with_distribution(run_config, earlier.train, evaluation)
             estimators.set_run_config(estimator, given)

@@ -21,7 +21,6 @@ stays the program's (it may catch it) and ends the task with exit 5.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import os
 import traceback
@@ -147,7 +146,7 @@ class ScriptTask:
             return
         shared = (PREEMPTION_DIR, files.LAST_STEP_FILE, EXCHANGE_DIR)
         with task_storage(named, config.storage, cluster.role, cluster.task_type, shared) as local:
-            self._config = dataclasses.replace(config, model_dir=local)
+            self._config = config.working_in(local)
             try:
                 yield
             finally:
@@ -257,9 +256,11 @@ class ScriptTask:
         model_dir = self.model_dir_of(estimator)
         distribution = self._distribution(estimator)
         self._startup.mark("strategies")
+        start_delay_secs, throttle_secs = config.evaluation.or_else(
+            eval_spec.start_delay_secs, eval_spec.throttle_secs
+        )
         eval_spec = eval_spec._replace(
-            start_delay_secs=_override(config.eval_start_delay_secs, eval_spec.start_delay_secs),
-            throttle_secs=_override(config.eval_throttle_secs, eval_spec.throttle_secs),
+            start_delay_secs=start_delay_secs, throttle_secs=throttle_secs
         )
         max_steps = train_spec.max_steps
 
@@ -351,7 +352,3 @@ def _at_or_below(path: str, directory: str) -> bool:
     """Whether `path` is `directory` or inside it."""
     path, directory = path.rstrip("/"), directory.rstrip("/")
     return path == directory or path.startswith(directory + "/")
-
-
-def _override(value: Optional[int], default: int) -> int:
-    return default if value is None else value

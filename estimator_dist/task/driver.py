@@ -22,7 +22,6 @@ Example, a single process on the embedded digits:
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Optional, Tuple
 
@@ -31,6 +30,7 @@ from absl import logging
 
 from estimator_dist.base import files
 from estimator_dist.cluster.tf_config import EVALUATOR, ClusterConfig
+from estimator_dist.config.evaluation import NAMED_START_DELAY_SECS, NAMED_THROTTLE_SECS
 from estimator_dist.config.job import DEFAULT_TRAIN_STEPS, JobConfig, check_batch
 from estimator_dist.guards.preemption import PREEMPTION_DIR
 from estimator_dist.guards.roles import enter_task
@@ -81,8 +81,7 @@ def train_and_evaluate(job: JobConfig, cluster: ClusterConfig) -> Optional[dict]
     with task_storage(
         job.run.model_dir, job.storage, cluster.role, cluster.task_type, shared
     ) as local:
-        run = dataclasses.replace(job.run, model_dir=local)
-        return _train_and_evaluate(dataclasses.replace(job, run=run), cluster, named=job)
+        return _train_and_evaluate(job.working_in(local), cluster, named=job)
 
 
 def _train_and_evaluate(job: JobConfig, cluster: ClusterConfig, named: JobConfig) -> Optional[dict]:
@@ -237,11 +236,14 @@ def _specs(
         checked.feature_specs, checked.exports, job.export_best_by, job.exports_to_keep
     )
     train_spec = tf.estimator.TrainSpec(checked.input_fn, max_steps=max_steps, hooks=hooks)
+    start_delay_secs, throttle_secs = job.evaluation.or_else(
+        NAMED_START_DELAY_SECS, NAMED_THROTTLE_SECS
+    )
     eval_spec = tf.estimator.EvalSpec(
         checked.eval_input_fn,
         steps=checked.eval_steps,
         exporters=exporters,
-        start_delay_secs=0,
-        throttle_secs=job.eval_throttle_secs,
+        start_delay_secs=start_delay_secs,
+        throttle_secs=throttle_secs,
     )
     return train_spec, eval_spec

@@ -14,8 +14,8 @@ import tensorflow as tf
 
 from estimator_dist.base import exit_codes
 from estimator_dist.cluster.tf_config import make_local_cluster
+from estimator_dist.config.shape import JobShape
 from estimator_dist.hardware.cpus import split_cores
-from estimator_dist.launcher.engine import JobShape
 from estimator_dist.launcher.exits import Failure, RestartPolicy, describe_exit
 from estimator_dist.launcher.local import LocalEngine
 from estimator_dist.launcher.plan import Plan

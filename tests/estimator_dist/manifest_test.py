@@ -109,7 +109,7 @@ def test_the_yaml_deserialises_into_the_sdk_tfjob_with_every_field(capsys):
 @pytest.mark.parametrize("evaluator", [False, True])
 @pytest.mark.parametrize("num_ps", [0, 2])
 def test_replica_counts(workers, evaluator, num_ps, capsys):
-    extra = ["--evaluator"] if evaluator else []
+    extra = ["--evaluator" if evaluator else "--noevaluator"]
     train = [REMOTE]
     if num_ps:
         extra.append(f"--num_ps={num_ps}")
@@ -173,7 +173,7 @@ def test_parameter_servers_with_an_evaluator_warn_about_pods_left_running(capsys
             ["--name='MNIST'", "DNS-1035", "such as 'mnist-run1'"],
         ),
         (
-            [f"--name={'a' * 60}", f"--image={IMAGE}", "--num_workers=2", "--", REMOTE],
+            [f"--name={'a' * 60}", f"--image={IMAGE}", "--noevaluator", "--", REMOTE],
             ["is too long", "-worker-0", "use at most 54 characters"],
         ),
         (

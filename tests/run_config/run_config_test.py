@@ -12,11 +12,13 @@ from run_config.run_config import (
 )
 
 
-@pytest.mark.parametrize("model_dir", ["", None])
-def test_fail_with_empty_model_dir(model_dir):
-    with pytest.raises(UsageError, match="model_dir must be a non-empty path") as raised:
-        RunConfigOptions(model_dir=model_dir)
-    assert repr(model_dir) in str(raised.value)
+def test_fail_with_empty_model_dir():
+    with pytest.raises(UsageError, match="model_dir must be a non-empty path or None, received ''"):
+        RunConfigOptions(model_dir="")
+
+
+def test_no_model_dir_leaves_it_to_the_estimator_as_tensorflow_does():
+    assert make_run_config(RunConfigOptions()).model_dir is None
 
 
 def test_fail_with_both_checkpoint_steps_and_secs():

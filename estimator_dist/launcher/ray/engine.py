@@ -40,8 +40,8 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tup
 
 from estimator_dist.base.errors import ClusterTimeoutError, Error, UsageError
 from estimator_dist.cluster.tf_config import CHIEF, EVALUATOR, WORKER, ClusterConfig, LocalCluster
+from estimator_dist.config.shape import JobShape
 from estimator_dist.hardware.cpus import split_cores
-from estimator_dist.launcher.engine import JobShape
 from estimator_dist.launcher.ray.actor import CALL_TIMEOUT_SECS, ActorProcess, TaskHost
 from estimator_dist.launcher.ray.settings import INSTALL_HINT, RaySettings, import_ray
 from estimator_dist.launcher.task_start import TaskSpec

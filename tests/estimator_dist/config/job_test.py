@@ -8,7 +8,9 @@ from absl import flags
 from estimator_dist.base import settings
 from estimator_dist.base.errors import UsageError
 from estimator_dist.config import train_flags
+from estimator_dist.config.evaluation import EvaluationConfig
 from estimator_dist.config.guards import GuardConfig
+from estimator_dist.config.results import ResultsConfig
 from estimator_dist.config.job import JobConfig
 from run_config.options import RunConfigOptions, StrategyConfig
 
@@ -69,15 +71,26 @@ def test_every_setting_of_the_job_is_a_training_flag_with_its_default():
         ({"train_steps": 0}, "train_steps must be at least 1 or None, received 0."),
         ({"eval_steps": 0}, "eval_steps must be at least 1 or None, received 0."),
         ({"guards": {"stall_timeout": 0.5}}, "stall_timeout must be at least 1, received 0.5."),
-        ({"eval_throttle_secs": -1}, "eval_throttle_secs must be at least 0, received -1."),
+        ({"evaluation": {"throttle_secs": -1}}, "throttle_secs must be at least 0 or None"),
         ({"learning_rate": 0.0}, "learning_rate must be positive, received 0.0."),
     ],
 )
 def test_a_setting_below_its_flags_bound_is_refused_in_code_too(fields, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(")):
-        if "guards" in fields:  # A nested config refuses its own settings.
-            fields = {"guards": GuardConfig(**fields["guards"])}
+        nested = {"guards": GuardConfig, "evaluation": EvaluationConfig}
+        for name, config in nested.items():  # A nested config refuses its own settings.
+            if name in fields:
+                fields = {name: config(**fields[name])}
         job(**fields)
+
+
+def test_the_model_dir_is_given_once():
+    given = JobConfig(results=ResultsConfig("/tmp/m"))
+    assert given.run.model_dir == given.results.model_dir == "/tmp/m"
+    with pytest.raises(UsageError, match="no --model_dir"):
+        JobConfig()
+    with pytest.raises(UsageError, match="two model_dirs for one job: /tmp/a and /tmp/b"):
+        JobConfig(run=RunConfigOptions("/tmp/a"), results=ResultsConfig("/tmp/b"))
 
 
 def test_the_seed_is_stored_once_for_the_graph_and_the_data():

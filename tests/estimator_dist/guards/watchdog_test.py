@@ -717,7 +717,8 @@ def test_fail_writes_one_line_tells_the_launcher_and_exits_with_the_code(monkeyp
     monkeypatch.setattr(status, "emit", sent.append)
     watchdog.fail("worker-2", exit_codes.STALLED, "the step stayed at 4")
     assert exited == [exit_codes.STALLED]
-    assert sent == [status.Exiting(exit_code=exit_codes.STALLED, cause="the step stayed at 4")]
+    stalled = status.Exiting(exit_codes.STALLED, "the step stayed at 4", reason="STALLED")
+    assert sent == [stalled]
     err = capsys.readouterr().err
     assert err == "estimator_dist: task worker-2 failed (exit 152): the step stayed at 4\n"
 

@@ -160,8 +160,9 @@ def test_a_module_runs_through_the_script_entry_point_in_every_kind(kind, capsys
 @pytest.mark.parametrize(
     "kind, extra, expected",
     [
-        ("jobset", ("--name=" + "a" * 53,), "'" + "a" * 53 + "-train-0-2' (63"),
-        ("indexed-job", ("--name=" + "a" * 60,), "-train-2' (68"),
+        ("jobset", ("--name=" + "a" * 53, "--noevaluator"), "'" + "a" * 53 + "-train-0-2' (63"),
+        ("indexed-job", ("--name=" + "a" * 60, "--noevaluator"), "-train-2' (68"),
+        ("indexed-job", ("--name=" + "a" * 60,), "-evaluator-0' (72"),
         ("jobset", ("--env=ESTIMATOR_DIST_PORT=1",), "ESTIMATOR_DIST_*"),
         ("graph", (), "--kind"),
     ],
@@ -171,7 +172,7 @@ def test_usage_errors_exit_2(kind, extra, expected, capsys):
     code, out, err = run([*args, *extra, "--", *TRAIN], capsys)
     if "(63" in expected:  # 63 characters fit; one more does not.
         assert code == 0, err
-        code, out, err = run([*args, "--name=" + "a" * 54, "--", *TRAIN], capsys)
+        code, out, err = run([*args, *extra[1:], "--name=" + "a" * 54, "--", *TRAIN], capsys)
         expected = "(64 characters)"
     assert code == exit_codes.USAGE, err
     assert out == "" and expected in err.splitlines()[0], err

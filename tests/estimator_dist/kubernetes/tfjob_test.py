@@ -8,17 +8,18 @@ import yaml
 
 from estimator_dist.base.errors import UsageError
 from estimator_dist.cluster.tf_config import parse_tf_config
+from estimator_dist.config.shape import JobShape
 from estimator_dist.kubernetes import job_settings, pod, tfjob
 from estimator_dist.kubernetes.job_settings import Mount
 
 
-def settings(**overrides):
+def settings(num_workers=3, num_ps=0, evaluator=False, **overrides):
     values = dict(
         name="mnist",
         image="trainer:1",
-        num_workers=3,
         model_dir="gs://bucket/run1",
         train_args=("--model_dir=gs://bucket/run1",),
+        shape=JobShape(num_workers, num_ps, evaluator),
     )
     values.update(overrides)
     return job_settings.ManifestSettings(**values)

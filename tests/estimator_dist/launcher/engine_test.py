@@ -9,8 +9,9 @@ from absl import flags
 
 from estimator_dist.base.errors import UsageError
 from estimator_dist.cluster.tf_config import CHIEF, EVALUATOR, WORKER
+from estimator_dist.config.shape import JobShape
 from estimator_dist.launcher import launch_flags, local, plan, run
-from estimator_dist.launcher.engine import Engine, JobShape
+from estimator_dist.launcher.engine import Engine
 from estimator_dist.launcher.local import LocalEngine
 from estimator_dist.launcher.ray.engine import RayEngine
 from estimator_dist.launcher.ray.settings import RaySettings

@@ -18,8 +18,8 @@ import pytest
 
 from estimator_dist.base import exit_codes
 from estimator_dist.cluster.tf_config import make_local_cluster
+from estimator_dist.config.shape import JobShape
 from estimator_dist.launcher import supervise
-from estimator_dist.launcher.engine import JobShape
 from estimator_dist.launcher.exits import Failure, describe_exit, exit_code_of
 from estimator_dist.launcher.local import LocalEngine
 from estimator_dist.launcher.plan import Plan

@@ -13,9 +13,12 @@ from absl import flags
 
 from estimator_dist.base import exit_codes
 from estimator_dist.base.errors import UsageError
+from estimator_dist.config.evaluation import EvaluationConfig
 from estimator_dist.config.guards import GuardConfig
+from estimator_dist.config.results import ResultsConfig
 from estimator_dist.programs import config as script_config
 from estimator_dist.programs.config import ScriptConfig, config_from_flags
+from run_config.options import StrategyConfig
 from tests.procs import REPO, run_module
 
 TRAINER = os.path.join(REPO, "tests", "legacy", "programs", "trainer_pkg")
@@ -63,9 +66,9 @@ def test_to_args_round_trips_through_the_flags(tmp_path):
         module="trainer.task",
         package_path=os.path.relpath(TRAINER),
         args=["--job-dir", "/tmp/x"],
-        communication="ring",
-        eval_throttle_secs=1,
-        model_dir=str(tmp_path),
+        strategy=StrategyConfig(communication="ring", bytes_per_pack=1024),
+        evaluation=EvaluationConfig(throttle_secs=1),
+        results=ResultsConfig(model_dir=str(tmp_path)),
     )
     args = config.to_args()
     assert args[:2] == ["--module=trainer.task", f"--package_path={TRAINER}"]
@@ -78,6 +81,43 @@ def test_to_args_round_trips_through_the_flags(tmp_path):
     assert ScriptConfig(**{**vars(config), "guards": GuardConfig(stall_timeout=9.0)}).path == (
         config.path
     )
+
+
+@pytest.mark.parametrize(
+    "strategy, fragments",
+    [
+        (
+            StrategyConfig("mirrored"),
+            ["--distribution_strategy=mirrored", "multi_worker_mirrored", "RunConfig"],
+        ),
+        (StrategyConfig(num_gpus=1), ["--num_gpus=1", "CUDA_VISIBLE_DEVICES"]),
+    ],
+)
+def test_fail_with_strategy_settings_a_program_cannot_take(strategy, fragments):
+    message = refused(path=__file__, strategy=strategy)
+    assert all(fragment in message for fragment in fragments), message
+
+
+def test_the_job_settings_are_the_named_jobs_own_flags():
+    """One declaration: a program's strategy, evaluation and results flags are the train job's."""
+    from estimator_dist.config import train_flags
+
+    named = flags.FlagValues()
+    train_flags.define_flags(named)
+    program = flags.FlagValues()
+    script_config.define_flags(program)
+    shared = set(script_config.FLAG_NAMES) & set(named)
+    for name in (
+        "model_dir",
+        "storage",
+        "communication",
+        "collective_timeout",
+        "eval_throttle_secs",
+        "eval_start_delay_secs",
+        "stall_timeout",
+    ):
+        assert name in shared, name
+        assert program[name].default == named[name].default, name
 
 
 @pytest.mark.multiprocess

@@ -23,8 +23,8 @@ import pytest
 from estimator_dist.base import exit_codes
 from estimator_dist.base.errors import ClusterTimeoutError, UsageError
 from estimator_dist.cluster.tf_config import make_local_cluster
+from estimator_dist.config.shape import JobShape
 from estimator_dist.launcher import launch_flags, restarts, task_start
-from estimator_dist.launcher.engine import JobShape
 from estimator_dist.launcher.exits import Failure
 from estimator_dist.launcher.ray import actor as ray_actor
 from estimator_dist.launcher.ray import engine as ray_engine
