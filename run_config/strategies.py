@@ -127,6 +127,9 @@ def get_strategy(
         implementation = communication_for(config.communication, num_gpus)
         if config.communication == "NCCL" and implementation != "NCCL":
             logging.warning(NCCL_WITHOUT_GPU_MESSAGE)
+        # The workarounds a multi-worker strategy needs (docs/tensorflow.md); installing them
+        # here lets this library be used without the driver, which installs them at start-up.
+        patches.install()
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=_IMPLEMENTATIONS[implementation],
             timeout_seconds=config.collective_timeout_seconds,

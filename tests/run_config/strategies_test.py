@@ -6,6 +6,9 @@ start a gRPC server and wait for peers. Roles are given as `ClusterConfig`s.
 """
 
 import json
+import os
+import subprocess
+import sys
 import logging
 
 import pytest
@@ -443,3 +446,26 @@ def test_nccl_is_not_checked_in_one_process():
 def test_make_strategies_refuses_nccl_sharing_a_gpu_before_building():
     with pytest.raises(UsageError, match="CUDA_VISIBLE_DEVICES"):
         make_strategies(NCCL, "off", cluster(ONE_HOST, "worker"), num_gpus=1)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_get_strategy_works_in_a_program_that_imports_only_run_config():
+    # A fresh interpreter, as a user's own program is: nothing of the driver has run, so the
+    # multi-worker workarounds are not installed until get_strategy needs them.
+    program = (
+        "from estimator_dist.tf_runtime import patches\n"
+        "from run_config.strategies import StrategyConfig, get_strategy\n"
+        "assert not patches.installed()\n"
+        "strategy = get_strategy(StrategyConfig(), num_gpus=0)\n"
+        "print(type(strategy).__name__, patches.installed())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split()[-2:] == ["CollectiveAllReduceStrategy", "True"], result.stdout
