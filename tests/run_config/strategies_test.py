@@ -6,10 +6,10 @@ start a gRPC server and wait for peers. Roles are given as `ClusterConfig`s.
 """
 
 import json
+import logging
 import os
 import subprocess
 import sys
-import logging
 
 import pytest
 import tensorflow as tf
