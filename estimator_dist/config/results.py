@@ -36,7 +36,8 @@ class ResultsConfig:
     model_dir: Optional[str] = setting(
         None,
         "Directory of the job's checkpoints, summaries and results, reached by every task (or "
-        "a URL, see --storage); estimator_dist.train needs one. For a program (--script/--module): the directory its "
+        "a URL, see --storage); estimator_dist.train needs one. For a program "
+        "(--script/--module): the directory its "
         "estimators must write at or below (a task whose estimator uses another one fails at "
         "once, exit 2), default the program's own; the launcher writes logs/ there and reads "
         "the checkpoint step from it.",

@@ -10,8 +10,8 @@ from estimator_dist.base.errors import UsageError
 from estimator_dist.config import train_flags
 from estimator_dist.config.evaluation import EvaluationConfig
 from estimator_dist.config.guards import GuardConfig
-from estimator_dist.config.results import ResultsConfig
 from estimator_dist.config.job import JobConfig
+from estimator_dist.config.results import ResultsConfig
 from run_config.options import RunConfigOptions, StrategyConfig
 
 
