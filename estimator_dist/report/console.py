@@ -66,9 +66,10 @@ PROGRESS = re.compile(r"^\[ *\d+%\] ")
 #: The lines a worker prints that repeat the chief's for a person: its progress and its first
 #: step (the launcher says where the first step came; a lagging worker gets a line of its own).
 REPEATS_THE_CHIEF = re.compile(r"^(\[ *\d+%\] |estimator_dist: task \S+ ran its first step)")
-#: A line of a Python log record, with absl's prefix.
+#: A line of a Python log record, with absl's prefix; TensorFlow 2.16+'s C++ log has the same
+#: prefix, its seconds counted from 1970 before its clock is set up (`I0000 00:00:1795804501.69`).
 _RECORD = re.compile(
-    r"^(?P<prefix>(?P<level>[IWEF])\d{4} \d\d:\d\d:\d\d\.\d{6} +\d+ (?P<file>[^\s:]+):\d+\]) ?"
+    r"^(?P<prefix>(?P<level>[IWEF])\d{4} \d\d:\d\d:\d+\.\d+ +\d+ (?P<file>[^\s:]+):\d+\]) ?"
     r"(?P<message>.*)$"
 )
 #: A line of TensorFlow's C++ log.

@@ -114,6 +114,17 @@ TASK_OUTPUT = [
         "estimator_dist: task chief-0 failed (exit 150): AbortedError at global step 57",
         "estimator_dist: task chief-0 failed (exit 150): AbortedError at global step 57",
     ),
+    # TensorFlow 2.21's C++ start-up lines, logged before its clock is set up.
+    (
+        "I0000 00:00:1795804501.697727   12295 cpu_feature_guard.cc:227] This TensorFlow binary "
+        "is optimized to use available CPU instructions in performance-critical operations.",
+        None,
+    ),
+    (
+        "E0000 00:00:1795804501.697727   12295 cuda_platform.cc:52] failed call to cuInit: "
+        "INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)",
+        None,
+    ),
     ("Traceback (most recent call last):", "Traceback (most recent call last):"),
     ('  File "/x/train.py", line 3, in <module>', '  File "/x/train.py", line 3, in <module>'),
     (
