@@ -54,13 +54,6 @@ class Rule:
 SEGMENT = "each call runs as one synchronised segment on every worker"
 #: The verdict's rules, in order.
 RULES: Tuple[Rule, ...] = (
-    Rule(
-        "eager-iteration",
-        UNKNOWN,
-        "`for ... in {call}:` at {where} looks like a Python loop over a dataset, which needs "
-        "eager execution, and programs run in graph mode here; if it is one, remove it or run "
-        "it only when TF_CONFIG is not set",
-    ),
     Rule("train-and-evaluate", YES, "calls tf.estimator.train_and_evaluate at {where}"),
     Rule("estimator-train", YES, f"trains with estimator.train() at {{where}}: {SEGMENT}"),
     Rule(
@@ -166,23 +159,6 @@ def _dotted(node: ast.AST) -> Optional[List[str]]:
         base = _dotted(node.value)
         return None if base is None else [*base, node.attr]
     return None
-
-
-#: Dataset methods whose result a program iterates in Python only in eager mode.
-_EAGER_ITERATION = ("take", "as_numpy_iterator", "skip", "unbatch")
-
-
-def _iterates_a_dataset(iterated: ast.AST) -> bool:
-    """Whether a `for` loop's iterable is a dataset: `x.take(1)`, `input_fn()` and the like."""
-    if not isinstance(iterated, ast.Call):
-        return False
-    if isinstance(iterated.func, ast.Attribute) and iterated.func.attr in _EAGER_ITERATION:
-        return True
-    called = iterated.func
-    while isinstance(called, ast.Call):  # make_input_fn(frame)()
-        called = called.func
-    parts = _dotted(called)
-    return bool(parts) and parts[-1].endswith("input_fn")
 
 
 def _is_tf(name: Optional[str]) -> bool:
@@ -296,9 +272,6 @@ class _Program:
                     estimators.setdefault(key, f"{made}()")
         found = []
         for node in ast.walk(module.tree):
-            if isinstance(node, ast.For) and _iterates_a_dataset(node.iter):
-                shown = ast.unparse(node.iter)
-                found.append(Finding(module.file, node.lineno, "eager-iteration", shown))
             if not isinstance(node, ast.Call):
                 continue
             line = node.lineno

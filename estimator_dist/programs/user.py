@@ -44,15 +44,6 @@ def user_frame(frames: Sequence[traceback.FrameSummary]) -> str:
     return ""
 
 
-#: Why code that needs eager execution fails in a program run by `estimator_dist.script`.
-GRAPH_MODE = (
-    "Programs run in graph mode here (eager execution is turned off before the program "
-    "starts: TensorFlow's evaluator and the cluster's collectives need it), so code outside "
-    "the Estimator that needs eager execution, such as a loop printing a batch of the input, "
-    "fails: remove it, or run it only when TF_CONFIG is not set."
-)
-
-
 def user_code_error(error: BaseException, script: str) -> UserCodeError:
     """Explains an exception that the script, its model_fn or its input_fn raised (exit 5).
 
@@ -63,9 +54,8 @@ def user_code_error(error: BaseException, script: str) -> UserCodeError:
     frames = traceback.extract_tb(error.__traceback__)
     users = [frame for frame in frames if is_users(frame.filename)]
     where = f" in {users[-1].name}() at {user_frame(users).rstrip(': ')}" if users else ""
-    hint = f" {GRAPH_MODE}" if "eager" in str(error) else ""
     return UserCodeError(
-        f"the script {shown(script)} raised {type(error).__name__}: {error}{where}.{hint} "
+        f"the script {shown(script)} raised {type(error).__name__}: {error}{where}. "
         "The traceback is in the log above. It would raise again on every task and after "
         "every restart, so the job stops: fix the code and run again."
     )

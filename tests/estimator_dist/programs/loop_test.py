@@ -21,7 +21,6 @@ from estimator_dist.config.guards import GuardConfig
 from estimator_dist.guards.preemption import EARLY_STOP, Preemption
 from estimator_dist.programs import loop as script_loop
 from estimator_dist.programs import results as script_results
-from estimator_dist.programs import user
 from estimator_dist.task import early_stopping
 from tests.procs import REPO, run_module
 
@@ -267,15 +266,6 @@ def test_a_keras_model_to_estimator_tutorial_trains_on_two_workers(tmp_path):
     assert os.path.exists(os.path.join(model_dir, "keras", "keras_model.ckpt.index"))
     final = run.json("eval_metrics.json")
     assert final["final"] and final["metrics"]["global_step"] == 20, final
-
-
-def test_an_error_of_eager_only_code_says_programs_run_in_graph_mode():
-    try:
-        raise RuntimeError("`tf.data.Dataset` only supports Python-style iteration in eager mode")
-    except RuntimeError as error:
-        explained = user.user_code_error(error, __file__)
-    assert user.GRAPH_MODE in str(explained)
-    assert explained.exit_code == 5
 
 
 class _Program:
