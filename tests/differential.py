@@ -131,16 +131,42 @@ def command(program: Program, mode: str, model_dir: str, data_dir: str, timeout:
     if program.module:
         where = [f"--module={program.module}", f"--package_path={program.package_path}"]
         if mode == PLAIN:
-            return [sys.executable, "-m", program.module, *args]
+            return [*_plain_python(), "-m", program.module, *args]
         if mode == ONE_PROCESS:
             return [*script, *where, "--", *args]
     else:
         where = [f"--script={program.script}"]
         if mode == PLAIN:
-            return [sys.executable, program.script, *args]
+            return [*_plain_python(), program.script, *args]
         if mode == ONE_PROCESS:
             return [*script, program.script, *args]
     return [*_launch(timeout), *where, *launcher, "--", *args]
+
+
+def _plain_python() -> list:
+    """Python as plain TensorFlow runs a program: on TensorFlow 2.16+, with `tf.estimator` back.
+
+    TensorFlow 2.16 and later have no `tf.estimator`; there the plain run gets
+    `estimator_dist.tf_runtime.compat` (imported with `estimator_dist`, it does
+    nothing else) and then runs the program as `python` would, `-m` included.
+    """
+    from estimator_dist.tf_runtime import compat
+
+    if not compat.needed():
+        return [sys.executable]
+    run_as_python = "\n".join(
+        (
+            "import os, runpy, sys, estimator_dist",
+            "del sys.argv[0]",  # '-c'
+            "if sys.argv[0] == '-m':",
+            "    del sys.argv[0]",  # runpy puts the module's file in sys.argv[0].
+            "    runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)",
+            "else:",
+            "    sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))",
+            "    runpy.run_path(sys.argv[0], run_name='__main__')",
+        )
+    )
+    return [sys.executable, "-c", run_as_python]
 
 
 def _launch(timeout: float) -> list:

@@ -23,7 +23,7 @@ Where the rest goes:
   20 lines (`supervise.PROTOCOL_LINES`: a warning Python prints at start-up
   may come first) and echoes whole what came before it; the output of a task
   that does not say so is echoed whole. The launcher shows the chief's
-  progress lines only, and decides nothing from any line (`base.status`).
+  progress lines only, and decides nothing from any line (`report.status`).
 * A single process (`python -m estimator_dist.train` without TF_CONFIG) and
   the launcher itself keep their full log aside from the start (`start_task`,
   `start_launcher`) and move it to `model_dir/logs/<task>.log` once the job is

@@ -484,7 +484,7 @@ class Pumped:
 def test_a_locally_started_task_gives_the_launcher_its_output_and_its_events(tmp_path, monkeypatch):
     (tmp_path / "fake_task.py").write_text(
         "import sys\n"
-        "from estimator_dist.base import status\n"
+        "from estimator_dist.report import status\n"
         "status.emit(status.FirstStep(step=7))\n"
         "print('global step 999')\n"
         "status.emit(status.Exiting(exit_code=152, cause='stalled'))\n"

@@ -525,7 +525,7 @@ def test_a_supervised_task_sends_its_heartbeat_before_tensorflow_is_imported():
     read_fd, write_fd = os.pipe()
     code = (
         "import sys\n"
-        "from estimator_dist.base import console\n"
+        "from estimator_dist.report import console\n"
         "console.start_task(verbose=False)\n"
         "assert 'tensorflow' not in sys.modules\n"
         "sys.stdin.read()\n"  # Alive until the test has read its heartbeat.
