@@ -6,7 +6,7 @@ TensorFlow saves on SIGTERM only for Keras and custom loops.
 Here, any task that receives SIGTERM or SIGINT asks the chief, through a file
 in the shared `model_dir/preemption/`, to stop the job. The chief is the one
 decider: it picks a global step far enough ahead for every task to read its
-decision first (`stop_at`, about `LEAD_SECS` of steps at the speed it
+decision first (`stop_at`, about `LEAD_SECS` of steps at the fastest speed it
 measures; `storage.task.COORDINATION_SECS` when the files travel through
 object storage), and writes it. Each training task's hook asks its session to stop
 after that step, exactly as `max_steps` ends training, so every task leaves
@@ -287,7 +287,7 @@ class Preemption:
                 self._decide(start)
 
     def _measure_speed(self) -> None:
-        """Updates the seconds per step from the step count (the polling thread's clock).
+        """Updates the fastest seconds per step from the step count (the polling thread's clock).
 
         The first move is skipped (the first step also warms up); a poll that
         saw no move keeps the earlier sample, so that slow steps are timed whole.
@@ -302,7 +302,10 @@ class Preemption:
         elapsed = (now - sampled[0]) / (step - sampled[1])
         with self._lock:
             before = self._step_secs
-            self._step_secs = elapsed if before is None else 0.7 * before + 0.3 * elapsed
+            # The fastest pace seen: the lead must outlast the decision's way to every task
+            # even when the steps go fastest (an average still weighed by the slow first steps
+            # gave a 5 s lead of 1.5 s at full pace, and a worker passed the stop step).
+            self._step_secs = elapsed if before is None else min(before, elapsed)
 
     def _set_stop_at(self, stop_at: int) -> None:
         self.stop_at = stop_at

@@ -137,8 +137,17 @@ def download_checkpoint(remote: Remote, local_dir: str, checkpoint: str) -> bool
         local = os.path.join(local_dir, name)
         if os.path.exists(local) and os.path.getsize(local) == sizes[name]:
             continue
-        remote.get(name, local)
+        try:
+            remote.get(name, local)
+        except FileNotFoundError:  # The chief rotated it away after the listing.
+            return False
     return True
+
+
+def _latest(remote: Remote) -> Optional[str]:
+    """The checkpoint the storage's state file names latest, or None."""
+    text = remote.read(STATE_FILE)
+    return parse_state(text)[0] if text else None
 
 
 def restore_latest(remote: Remote, local_dir: str) -> Optional[str]:
@@ -153,10 +162,18 @@ def restore_latest(remote: Remote, local_dir: str) -> Optional[str]:
     """
     os.makedirs(local_dir, exist_ok=True)
     started = time.monotonic()
-    text = remote.read(STATE_FILE)
-    latest = parse_state(text)[0] if text else None
+    latest, tried = _latest(remote), set()
+    # The chief may rotate the checkpoint away while this task downloads it (an evaluator
+    # starting mid-job); by then the storage names a newer one: take that instead.
+    while latest is not None and latest not in tried:
+        tried.add(latest)
+        if download_checkpoint(remote, local_dir, latest):
+            break
+        latest = _latest(remote)
+    else:
+        latest = None
     state = os.path.join(local_dir, STATE_FILE)
-    if latest is None or not download_checkpoint(remote, local_dir, latest):
+    if latest is None:
         if os.path.exists(state):
             logging.warning(
                 "estimator_dist: %s has no checkpoint; %s's local one is not used.",

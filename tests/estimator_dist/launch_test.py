@@ -341,12 +341,18 @@ def reaped(pid):
 
 
 def task_state(pid):
-    """The state of `pid` as /proc shows it (`R`, `S`, `Z` for a zombie...), None once gone."""
+    """The state of the task `pid` as /proc shows it (`R`, `S`, `Z` for a zombie...), or None.
+
+    None once it is gone, and for a process that is not this process's child: a task that
+    outlived its launcher is re-parented to this one (the `subreaper` fixture), while a pid
+    of another process (pids are reused, 32,768 of them here) is none of the test's business.
+    """
     try:
         with open(f"/proc/{pid}/stat") as stream:
-            return stream.read().rsplit(")", 1)[1].split()[0]
+            state, parent = stream.read().rsplit(")", 1)[1].split()[:2]
     except FileNotFoundError:
         return None
+    return state if int(parent) == os.getpid() else None
 
 
 def assert_no_task_left(launcher):

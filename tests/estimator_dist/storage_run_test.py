@@ -199,8 +199,10 @@ def test_the_chief_killed_during_an_upload_leaves_the_previous_checkpoint_usable
         launcher.wait_for_line(r"\[chief\] .*uploaded model\.ckpt-\d+ to", TIMEOUT)
         with server.paused():
             # Training goes on; the uploads wait, and the chief cannot end before they are done.
+            # Until the chief holds a checkpoint the bucket does not (an upload answered just
+            # before the pause may still be reported): the one its kill must not lose.
             deadline = time.monotonic() + TIMEOUT
-            while _local_step(chief_dir) < 100:
+            while _local_step(chief_dir) <= max(100, _uploaded(launcher.output)):
                 assert time.monotonic() < deadline, report("no local checkpoint", launcher.output)
                 time.sleep(0.1)
             time.sleep(1.0)  # The upload thread polls every 0.5 s: it is now sending one.
@@ -225,6 +227,11 @@ def test_the_chief_killed_during_an_upload_leaves_the_previous_checkpoint_usable
         local_at_kill=at_kill,
         steps_lost=lost.group(1) if lost else "?",
     )
+
+
+def _uploaded(output):
+    """The highest step of a checkpoint the chief reported uploaded."""
+    return max(map(int, re.findall(r"\[chief\] .*uploaded model\.ckpt-(\d+) to", output)))
 
 
 def _local_step(directory):

@@ -144,15 +144,17 @@ PROGRAMS = {
             bound=1.2,  # 0.41 to 0.62 measured
             deterministic=False,
         ),
-        # Evaluates 3 points outside the training range: 0.04 to 4.2 measured in one process,
-        # 14.6 once on 2 workers, whose graph-seeded layer starts from other weights.
+        # Evaluates 3 points outside the training range with an unseeded dense layer that 100
+        # steps of Adagrad at 0.05 barely move: the loss is its initial weights' (0.04 to 4.2
+        # in one process on TensorFlow 2.15, 14.6 once on 2 workers, 38.9 once on 2.21), so
+        # no bound tells training from chance; the run and its final evaluation are checked.
         Program(
             "migration_tf1",
             "--model_fn=_model_fn",
             input_fn="_input_fn",
             eval_input_fn="_eval_input_fn",
             metric="loss",
-            bound=30.0,
+            bound=math.inf,
             warm_start=True,  # an unseeded TF1 dense layer
         ),
         Program("premade_iris", "--estimator=build", bound=0.8),  # 0.97 to 1.0

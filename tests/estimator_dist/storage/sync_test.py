@@ -104,6 +104,30 @@ def test_a_restart_follows_the_storage_not_a_newer_local_checkpoint(aws, tmp_pat
     assert tf.train.latest_checkpoint(str(empty)) is None
 
 
+def test_a_checkpoint_rotated_away_during_its_download_gives_way_to_the_newer_one(aws, tmp_path):
+    # What an evaluator starting mid-job met: the state named model.ckpt-10, and the chief
+    # uploaded model.ckpt-20 and removed model.ckpt-10 before its files were fetched.
+    chief = tmp_path / "chief"
+    save_checkpoints(str(chief), [10, 20])
+    remote = Remote("s3://bucket/rotated")
+    for step in (10, 20):
+        for name in sync.local_files(str(chief), f"model.ckpt-{step}"):
+            remote.put(str(chief / name), name)
+    remote.write(sync.STATE_FILE, sync.state_text("model.ckpt-10", ["model.ckpt-10"]))
+
+    class RotatedDuringTheDownload(Remote):
+        def get(self, relative, local):
+            if relative.startswith("model.ckpt-10."):
+                self.write(sync.STATE_FILE, sync.state_text("model.ckpt-20", ["model.ckpt-20"]))
+                self.remove(sync.local_files(str(chief), "model.ckpt-10"))
+            super().get(relative, local)
+
+    evaluator = tmp_path / "evaluator"
+    restored = sync.restore_latest(RotatedDuringTheDownload(remote.url), str(evaluator))
+    assert restored == "model.ckpt-20"
+    assert tf.train.latest_checkpoint(str(evaluator)) == str(evaluator / "model.ckpt-20")
+
+
 def test_the_evaluator_downloads_each_new_checkpoint(aws, tmp_path):
     url = "s3://bucket/fetch"
     chief, evaluator = tmp_path / "chief", tmp_path / "evaluator"
