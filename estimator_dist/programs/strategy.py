@@ -21,6 +21,7 @@ settings kept (`estimator_dist.hardware.precision`).
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -42,6 +43,13 @@ LOCAL_STRATEGY = (
     "estimator_dist: the program's {strategy} mirrors the devices of one process; on "
     "{workers} workers each task trains instead with a MultiWorkerMirroredStrategy over the "
     "same devices, synchronised with the others (the program's evaluation strategy is kept)."
+)
+
+#: Logged when a program removed TF_CONFIG before it trains (a notebook's clean-up cell).
+TF_CONFIG_RESTORED = (
+    "estimator_dist: the program removed TF_CONFIG; this process is still task {role} of the "
+    "cluster, so TF_CONFIG is set again before the estimator trains (without it each task "
+    "would train alone, unsynchronised, into the one model_dir)."
 )
 
 #: Parameter servers for a script that brings no strategy.
@@ -122,6 +130,9 @@ def _distribute(
     if not cluster.is_distributed:  # One process trains as plain TensorFlow does.
         name = type(own).__name__ if own is not None else "none"
         return Distribution(own, evaluation, name, False, None, communication_of(own))
+    if "TF_CONFIG" not in os.environ:  # Strategies and RunConfig read it at their call.
+        logging.info("%s", TF_CONFIG_RESTORED.format(role=cluster.role))
+        os.environ["TF_CONFIG"] = cluster.to_json()
     local = own is not None and not (
         strategies_lib.is_collective(own) or type(own).__name__.startswith("ParameterServer")
     )

@@ -90,6 +90,38 @@ def test_whole_script_in_one_process(tmp_path, name):
     assert_trained(run, steps, "local", 1, bound)
 
 
+@pytest.mark.multiprocess
+def test_a_program_that_removes_tf_config_still_trains_synchronised(tmp_path):
+    # TensorFlow's multi-worker notebook clears TF_CONFIG in a cell before its estimator code:
+    # each task must still train as one of the cluster, not alone into the shared model_dir.
+    script = os.path.join(SCRIPTS, "migration_guide_tf1.py")
+    program = tmp_path / "notebook.py"
+    program.write_text(
+        "import os, runpy\n"
+        "os.environ.pop('TF_CONFIG', None)\n"
+        f"runpy.run_path({script!r}, run_name='__main__')\n"
+    )
+    _, args, steps, bound = WHOLE["migration_guide_tf1"]
+    model_dir = str(tmp_path / "model")
+    run = run_module(
+        "estimator_dist.launch",
+        [
+            "--num_workers=2",
+            f"--script={program}",
+            "--timeout_secs=110",
+            "--",
+            f"--model_dir={model_dir}",
+            *args,
+        ],
+        TIMEOUT,
+        model_dir=model_dir,
+    )
+    assert_trained(run, steps, "chief-0", 2, bound)  # Two replicas in sync, not one each.
+    worker_log = open(os.path.join(model_dir, "logs", "worker-0.log")).read()
+    assert "the program removed TF_CONFIG; this process is still task worker-0" in worker_log
+    assert "Running training and evaluation locally" not in worker_log
+
+
 # One case: what the launcher adds (RING, StopStep, the final evaluation line, the logs) does not
 # depend on the script. migration_guide_tf1 trains on two workers and an evaluator, to the same
 # bounds (assert_trained), in test_script_on_tasks_whose_tf_config_a_platform_wrote, and under
