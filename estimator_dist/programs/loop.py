@@ -108,9 +108,14 @@ class LoopTask:
         self._cluster = cluster
         self._guards = guards
         self._calls = {"train": 0, "evaluate": 0, "export": 0, "rmtree": 0}
-        # The global step the last segment ended at; None before the first call.
+        # The global step the current estimator's last segment ended at; None before the
+        # first call.
         self._step: Optional[int] = None
+        # The program's directory (its first estimator's): the calls' results, the job's
+        # metrics. Each estimator of its own directory has its own step (`_steps`).
         self._model_dir: Optional[str] = None
+        self._current: Optional[str] = None
+        self._steps: Dict[str, int] = {}
         self.evaluated = False
         # Whether this task's TensorFlow server runs (from the first training segment on).
         self._serving = False
@@ -124,11 +129,17 @@ class LoopTask:
             self._program.leave()
             print(EVALUATOR_LEAVES.format(method=method), flush=True)
             raise SystemExit(0)
+        model_dir = self._program.model_dir_of(estimator)
         if self._model_dir is None:
-            self._model_dir = self._program.model_dir_of(estimator)
+            self._model_dir = model_dir
         self._program.join(self._model_dir)
-        if self._step is None:
-            self._step = files.checkpoint_step(self._model_dir)
+        if self._current is not None and self._step is not None:
+            self._steps[self._current] = self._step
+        if self._step is None or model_dir != self._current:
+            self._step = self._steps.get(model_dir)
+            if self._step is None:
+                self._step = files.checkpoint_step(model_dir)
+        self._current = model_dir
         return self._results_dir()
 
     def _results_dir(self) -> str:
@@ -251,7 +262,7 @@ class LoopTask:
         path = os.path.join(results, f"evaluate-{self._calls['evaluate']}.json")
         if self._cluster.task_type == CHIEF:
             local = local_copy(estimator)
-            checkpoint = checkpoint_path or tf.train.latest_checkpoint(self._model_dir)
+            checkpoint = checkpoint_path or tf.train.latest_checkpoint(self._current)
             metrics = original(local, input_fn, steps, hooks, checkpoint, name)
             encoded = encode_metrics(metrics)
             files.write_json(path, {"metrics": encoded, "checkpoint": checkpoint})
@@ -401,7 +412,8 @@ class LoopTask:
             arrived = os.path.join(results, f"rmtree-{call}-{self._cluster.role}.json")
             files.write_json(arrived, {"role": self._cluster.role})
             self._wait_for(done, "clearing of the model_dir")
-        self._step = files.checkpoint_step(self._model_dir)
+        self._steps.clear()  # Whichever estimator's directory it cleared.
+        self._step = files.checkpoint_step(self._current)
         return None
 
     def finish(self) -> None:

@@ -48,8 +48,8 @@ MODEL_DIR_MISMATCH = (
     "{program}, which reads checkpoints and writes logs there. Give the script the same "
     "directory, or one below it (e.g. `-- --model_dir={expected}` for a script with a "
     "--model_dir argument), or pass the script's directory as --model_dir. Every task must "
-    "share one: a directory made per task (tempfile.mkdtemp()) shares no checkpoint; an "
-    "Estimator given no model_dir at all gets --model_dir."
+    "share one: a directory made per task (tempfile.mkdtemp()) shares no checkpoint; the "
+    "first Estimator given no model_dir gets --model_dir, each later one a directory below it."
 )
 
 #: How to make a program's training input that ran out before its last step last.
@@ -97,13 +97,14 @@ class ScriptTask:
         from estimator_dist.tf_runtime.intercept import intercepted
 
         temporary: Set[str] = set()
+        handed_out: Dict[str, str] = {}
         named = self._named_model_dir
 
         def policy(arguments: dict, what: str) -> Optional[str]:
             local = self._config.model_dir  # The local directory of a job on storage.
             if named is not None and local != named:
                 _route(arguments, named, local)
-            return shared_model_dir(arguments, local, temporary, what)
+            return shared_model_dir(arguments, local, temporary, what, handed_out)
 
         def keras_lock(model_dir: str) -> Any:
             return files.model_dir_lock(model_dir, "keras_bridge")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sysconfig
 import traceback
-from typing import Optional, Sequence, Set, Tuple
+from typing import Dict, Optional, Sequence, Set, Tuple
 
 from absl import logging
 
@@ -78,14 +78,26 @@ def explained(error: BaseException, script: str) -> BaseException:
 
 
 def shared_model_dir(
-    arguments: dict, given: Optional[str], temporary: Set[str], what: str
+    arguments: dict,
+    given: Optional[str],
+    temporary: Set[str],
+    what: str,
+    handed_out: Dict[str, str],
 ) -> Optional[str]:
-    """Gives `arguments` (`model_dir`, `config`) `given` where their model_dir is not shared.
+    """Gives `arguments` (`model_dir`, `config`) a shared directory where theirs is not shared.
 
     That is no model_dir (a temporary one would be made) or a temporary
     directory the program made (`tempfile.mkdtemp()`, recorded in
-    `temporary`): either way one per task, sharing no checkpoint. Returns the
-    model_dir the call will use, or None when it is left to the call.
+    `temporary`): either way one per task, sharing no checkpoint. As in plain
+    TensorFlow, where each such estimator gets a new temporary directory, each
+    gets a directory of its own that every task shares: the first `given`,
+    each later one `given/estimator-N` (every task builds the program's
+    estimators in the same order); estimators given the same temporary
+    directory share one. `handed_out` maps what was asked for to what was
+    given, across the calls of one run.
+
+    Returns:
+      The model_dir the call will use, or None when it is left to the call.
     """
     config = arguments.get("config")
     own, configured = arguments.get("model_dir"), getattr(config, "model_dir", None)
@@ -96,13 +108,19 @@ def shared_model_dir(
     if not given or not (unshared(own) and unshared(configured)):
         return own or configured
     made = own or configured
+    asked = os.path.abspath(made) if made else f"no model_dir #{len(handed_out) + 1}"
+    shared = handed_out.get(asked)
+    if shared is None:
+        count = len(set(handed_out.values()))
+        shared = given if count == 0 else os.path.join(given, f"estimator-{count + 1}")
+        handed_out[asked] = shared
     logging.info(
-        "estimator_dist: %s given %s uses --model_dir=%s, which every task shares.",
+        "estimator_dist: %s given %s uses %s, which every task shares.",
         what,
         f"the temporary directory {made} the program made" if made else "no model_dir",
-        given,
+        shared,
     )
-    arguments["model_dir"] = given
+    arguments["model_dir"] = shared
     if configured is not None:
-        arguments["config"] = config.replace(model_dir=given)
-    return given
+        arguments["config"] = config.replace(model_dir=shared)
+    return shared

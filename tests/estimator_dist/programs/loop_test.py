@@ -199,6 +199,23 @@ def test_early_stopping_stops_every_task_at_one_checkpointed_step(tmp_path):
 
 
 @pytest.mark.multiprocess
+def test_two_estimators_without_a_model_dir_each_get_their_own_on_two_workers(tmp_path):
+    """As plain TensorFlow gives each a temporary directory: the second never restores the first.
+
+    On one shared directory the second classifier (a crossed column more) restored the
+    first's checkpoint and failed (NotFoundError, exit 1).
+    """
+    model_dir = str(tmp_path / "model")
+    run = launch("two_without_model_dir.py", model_dir, "--steps=20", evaluator=False)
+    first = tf.train.latest_checkpoint(model_dir)
+    second = tf.train.latest_checkpoint(os.path.join(model_dir, "estimator-2"))
+    assert first.endswith("model.ckpt-20") and second.endswith("model.ckpt-20"), run.describe()
+    variables = {name for name, _ in tf.train.list_variables(second)}
+    assert any("age_X_sex" in name for name in variables), sorted(variables)
+    assert run.output.count("accuracy ") >= 2, run.describe()
+
+
+@pytest.mark.multiprocess
 def test_two_models_cleared_between_trained_for_epochs_on_two_workers(tmp_path):
     """rmtree(model_dir) before each model, train() with no steps over epochs of a frame."""
     script = os.path.join(SCRIPTS, "two_models.py")
