@@ -41,7 +41,7 @@ import dataclasses
 import json
 import re
 import types
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, MutableMapping, Optional, Sequence, Tuple
 
 from estimator_dist.base.errors import ClusterConfigError
 
@@ -70,6 +70,10 @@ _ADDRESS = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+):(?P<port>
 
 def _fail(message: str) -> ClusterConfigError:
     return ClusterConfigError(f"Invalid TF_CONFIG: {message} {TF_CONFIG_SOURCE_NOTE}")
+
+
+#: What gRPC (and Python's HTTP clients) read for a proxy.
+_PROXY_VARIABLES = ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "grpc_proxy")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,6 +148,29 @@ class ClusterConfig:
     def to_json(self) -> str:
         """Returns `to_tf_config()` as a JSON string for the environment."""
         return json.dumps(self.to_tf_config(), sort_keys=True)
+
+    def keep_peers_direct(self, environ: MutableMapping[str, str]) -> None:
+        """Adds the cluster's hosts to `NO_PROXY`/`no_proxy` where a proxy variable is set.
+
+        gRPC honours `https_proxy`/`http_proxy` (and `no_proxy`): a task that
+        inherited a proxy for its data or storage would send its collectives to
+        the proxy and hang in session creation. The hosts already listed stay.
+
+        >>> env = {"https_proxy": "http://proxy:3128", "no_proxy": "corp"}
+        >>> ClusterConfig({"chief": ("h0:2000",), "worker": ("h1:2000",)}).keep_peers_direct(env)
+        >>> env["no_proxy"], env["NO_PROXY"]
+        ('corp,h0,h1', 'corp,h0,h1')
+        """
+        if not any(environ.get(name) for name in _PROXY_VARIABLES):
+            return
+        hosts = [
+            address.rsplit(":", 1)[0].strip("[]") for job in self.jobs.values() for address in job
+        ]
+        for name in ("NO_PROXY", "no_proxy"):
+            given = [
+                h for n in ("NO_PROXY", "no_proxy") for h in environ.get(n, "").split(",") if h
+            ]
+            environ[name] = ",".join(dict.fromkeys([*given, *hosts]))
 
 
 def parse_tf_config(raw: Optional[str]) -> ClusterConfig:

@@ -37,7 +37,8 @@ def enter_task(cluster: ClusterConfig, graph_mode: bool = True) -> None:
     task of a cluster TensorFlow deep-copies the estimator and its strategy,
     which a MultiWorkerMirroredStrategy refuses in eager mode, and the
     evaluator crashes), and TF_CONFIG set to the normalised cluster, which
-    TensorFlow reads from the environment (removed for a single process).
+    TensorFlow reads from the environment (removed for a single process), its
+    hosts reached without any proxy the task inherited.
     Under a launcher, the task takes its status channel (`status.connect`),
     so that no child process of the user's code inherits its name, and says
     it started.
@@ -47,6 +48,7 @@ def enter_task(cluster: ClusterConfig, graph_mode: bool = True) -> None:
         tf.compat.v1.disable_eager_execution()
     if cluster.is_distributed:
         os.environ["TF_CONFIG"] = cluster.to_json()
+        cluster.keep_peers_direct(os.environ)
     else:
         os.environ.pop("TF_CONFIG", None)
     for note in cluster.notes:

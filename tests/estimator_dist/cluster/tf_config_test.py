@@ -201,3 +201,20 @@ def test_local_cluster_gives_each_task_its_tf_config_by_role():
 def test_fail_with_bad_local_cluster_arguments(kwargs, fragment):
     with pytest.raises(ValueError, match=fragment):
         make_local_cluster(**kwargs)
+
+
+def test_a_task_reaches_its_peers_directly_when_it_inherited_a_proxy():
+    # gRPC honours https_proxy: with it, worker-0's collectives went to the proxy and the chief
+    # hung in session creation (a job whose data came through a proxy).
+    cluster = ClusterConfig({"chief": ("localhost:2000",), "worker": ("[::1]:2001", "h2:2002")})
+    environ = {"https_proxy": "http://127.0.0.1:3128", "NO_PROXY": "corp.example"}
+    cluster.keep_peers_direct(environ)
+    expected = "corp.example,localhost,::1,h2"
+    assert (environ["NO_PROXY"], environ["no_proxy"]) == (expected, expected)
+    assert environ["https_proxy"] == "http://127.0.0.1:3128"  # The task's data still uses it.
+
+
+def test_without_a_proxy_the_environment_is_left_as_it_is():
+    environ = {"NO_PROXY": "corp.example"}
+    ClusterConfig({"chief": ("h0:2000",)}).keep_peers_direct(environ)
+    assert environ == {"NO_PROXY": "corp.example"}
