@@ -4,13 +4,12 @@
 
 Each program's flags are read the way that program defines them, without
 running it: a module with a `define_flags(flag_values)` function of its own
-(`estimator_dist.train`, `estimator_dist.script`, `estimator_dist.manifest`,
-`input_fns.convert`, `input_fns.verify`) gets a fresh `flags.FlagValues`; the others
-(`estimator_dist.launch`, `estimator_dist.check`, `estimator_dist.predict`)
+(`estimator_dist.train`, `estimator_dist.launch`, `estimator_dist.script`,
+`estimator_dist.manifest`, `input_fns.convert`, `input_fns.verify`) gets a fresh
+`flags.FlagValues`; the others (`estimator_dist.check`, `estimator_dist.predict`)
 define theirs on absl's global `flags.FLAGS` when imported. Each program is
-read in a Python process of its own, as it runs: the launcher and the check
-both define `--script` and `--num_workers` on the global flags, so the two
-cannot be imported into one process. The processes only import.
+read in a Python process of its own, as it runs (two programs defining flags on
+the global flags could not share one). The processes only import.
 
 `tests/estimator_dist/flag_reference_test.py` fails when docs/flags.md is not
 `render()`, so the reference cannot drift from the code.

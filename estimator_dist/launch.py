@@ -67,6 +67,7 @@ from absl import flags
 
 from estimator_dist.base.errors import Error, UsageError
 from estimator_dist.launcher import launch_flags
+from estimator_dist.launcher.launch_flags import define_flags
 from estimator_dist.launcher.plan import Plan, script_plan, train_plan
 from estimator_dist.launcher.run import run_job
 from estimator_dist.programs import config as script_lib
@@ -75,8 +76,6 @@ from estimator_dist.storage.location import is_url
 
 PROGRAM = "estimator_dist.launch"
 _T = TypeVar("_T")
-
-launch_flags.define_flags()
 
 
 def _plan(argv: Sequence[str], settings: launch_flags.LaunchSettings, shared: bool) -> Plan:
@@ -113,6 +112,7 @@ def main(argv: Sequence[str]) -> int:
 
 def run() -> None:
     """Console-script entry point."""
+    define_flags()
     cli.run_program(main, PROGRAM)
 
 
