@@ -38,7 +38,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 from absl import logging
@@ -55,6 +55,10 @@ PREEMPTION_DIR = "preemption"
 DECISION_FILE = "decision.json"
 #: Seconds of training between the decision and the step every task stops at.
 LEAD_SECS = 1.0
+#: Each training task's confirmation that it read the decision: `confirmed-<role>.json`.
+CONFIRMED_PREFIX = "confirmed-"
+#: Seconds of the grace the chief keeps for its checkpoint after waiting for confirmations.
+SAVE_SECS = 10.0
 #: At most this many steps between the decision and the stop step, however fast steps are.
 MAX_LEAD_STEPS = 10_000
 #: Signals that mean "stop now, keep what was trained".
@@ -87,6 +91,10 @@ class Preemption:
       exit_fn: Called as `exit_fn(role, code, cause)`; `watchdog.fail` by default.
       enabled: False leaves signals to their defaults and adds no hook
         (`--nopreemption_checkpoint`).
+      peers: On the chief of a lockstep job, the other training tasks' roles:
+        before the step that reaches the decided stop step, the chief waits
+        (within the grace) until each has confirmed it read the decision, so
+        that none runs past it into a collective the chief no longer joins.
     """
 
     def __init__(
@@ -99,8 +107,12 @@ class Preemption:
         poll_secs: float = 0.1,
         exit_fn: Callable[[str, int, str], None] = fail,
         enabled: bool = True,
+        peers: Sequence[str] = (),
     ) -> None:
         self._enabled = enabled
+        # The chief's fellow training tasks, each of which confirms it read the decision.
+        self._peers = tuple(peers)
+        self._confirmed = False
         self._role = role
         self._dir = os.path.join(model_dir, PREEMPTION_DIR)
         if kind not in KINDS:
@@ -338,6 +350,8 @@ class Preemption:
         if self._current(decision) and decision["stop_at"] > start:
             self.reason = decision.get("reason")
             self._set_stop_at(decision["stop_at"])
+            confirmed = {"stop_at": decision["stop_at"], "attempt": decision.get("attempt")}
+            write_json(os.path.join(self._dir, f"{CONFIRMED_PREFIX}{self._role}.json"), confirmed)
             logging.warning(
                 "estimator_dist: task %s will stop at global step %d (preemption of %s).",
                 self._role,
@@ -397,6 +411,37 @@ class Preemption:
         """Records the global step the session ended at, for the exit message."""
         with self._lock:
             self._step = step
+
+    def before_step(self) -> None:
+        """On the chief, before the step that reaches the stop step: waits for every confirmation.
+
+        The training thread's work per step is one compare; the wait happens
+        once. Each peer's training thread then waits in that step's collective
+        while its polling thread reads the decision (through object storage it
+        can take seconds), and every task leaves after the same step. Past the
+        grace (less what the save needs) the chief goes on, as it did before.
+        """
+        if self._confirmed or not self._peers or self._step + 1 < self._stop_step:
+            return
+        self._confirmed = True
+        with self._lock:
+            signalled = self._signalled_at
+        deadline = (signalled or time.monotonic()) + max(self._grace_secs - SAVE_SECS, 0.0)
+        waiting = set(self._peers)
+        while waiting and time.monotonic() < deadline:
+            for role in list(waiting):
+                confirmed = read_json(os.path.join(self._dir, f"{CONFIRMED_PREFIX}{role}.json"))
+                if confirmed and confirmed.get("stop_at") == self.stop_at:
+                    waiting.discard(role)
+            if waiting:
+                time.sleep(self._poll_secs)
+        if waiting:
+            logging.warning(
+                "estimator_dist: %s did not confirm the stop step %d within the grace; the chief "
+                "stops there anyway.",
+                ", ".join(sorted(waiting)),
+                self.stop_at,
+            )
 
     def step_done(self) -> bool:
         """Counts one training step; returns whether the session must stop after it.
@@ -473,6 +518,9 @@ class _PreemptionHook(tf.compat.v1.train.SessionRunHook):
 
     def after_create_session(self, session: tf.compat.v1.Session, coord: object) -> None:
         self._preemption.session_started(int(session.run(self._global_step)))
+
+    def before_run(self, run_context: tf.compat.v1.train.SessionRunContext) -> None:
+        self._preemption.before_step()
 
     def after_run(
         self, run_context: tf.compat.v1.train.SessionRunContext, run_values: object

@@ -74,13 +74,16 @@ def start_preemption(
         kind = cluster.task_type
     else:
         kind = CHIEF if cluster.is_chief else WORKER
+    lockstep = not cluster.num_ps
+    workers = [f"worker-{index}" for index in range(len(cluster.jobs.get("worker", ())))]
     preemption = Preemption(
         cluster.role,
         model_dir,
         kind,
-        lockstep=not cluster.num_ps,
+        lockstep=lockstep,
         grace_secs=grace_secs,
         enabled=enabled,
+        peers=workers if lockstep and kind == "chief" else (),
     )
     preemption.install()
     return preemption

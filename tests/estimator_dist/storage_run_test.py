@@ -212,7 +212,12 @@ def test_the_chief_killed_during_an_upload_leaves_the_previous_checkpoint_usable
             r"restarting the whole cluster from checkpoint step (\d+)", TIMEOUT
         )
         before = int(restart.group(1))
-        assert before < at_kill, report(f"restart at {before}, local at {at_kill}", launcher.output)
+        # The upload under way when the chief died may still complete: the launcher's relay
+        # holds what the chief sent and delivers it once the server runs again. Either way the
+        # job resumes from a whole checkpoint the bucket holds (every task restores it, below).
+        assert before <= at_kill, report(
+            f"restart at {before}, local at {at_kill}", launcher.output
+        )
         assert launcher.wait(TIMEOUT) == 0, report("job after the kill", launcher.output)
     after = launcher.output.split(restart.group(0), 1)[1]
     for task in ("chief", "worker-0"):  # Every task of the new attempt restores the bucket's.

@@ -75,6 +75,39 @@ def test_a_workers_signal_makes_the_chief_decide_one_stop_step_for_both(tmp_path
     }
 
 
+def test_the_chief_takes_the_stop_step_only_once_every_worker_has_read_it(tmp_path):
+    # Through object storage a decision can reach a worker after the steps it led by (a 5 s
+    # lead timed on the first, slow steps): the chief waits before the stop step's step, the
+    # worker's training thread waits in that step's collective, and its poller reads the step.
+    chief, _ = make(tmp_path, "chief-0", "chief", peers=("worker-0",), grace_secs=60)
+    worker, _ = make(tmp_path, "worker-0", "worker", grace_secs=60)
+    for task in (chief, worker):
+        task.session_started(0)
+    chief._step_secs = 1.0
+    worker.signalled()
+    chief.poll_once()
+    assert run_steps(chief, chief.stop_at - 1) is None  # At the step before the stop step.
+    confirmed = tmp_path / PREEMPTION_DIR / "confirmed-worker-0.json"
+    reader = threading.Timer(0.2, worker.poll_once)  # The worker's poller, late.
+    reader.start()
+    chief.before_step()
+    reader.join()
+    assert confirmed.exists() and worker.stop_at == chief.stop_at
+    assert chief.step_done() and run_steps(worker, chief.stop_at) == chief.stop_at
+
+
+def test_a_worker_that_never_confirms_costs_the_chief_the_grace_less_the_save(tmp_path, caplog):
+    chief, _ = make(tmp_path, "chief-0", "chief", peers=("worker-0",), grace_secs=10.2)
+    chief.session_started(0)
+    chief._step_secs = 1.0
+    chief.signalled()
+    chief.poll_once()
+    run_steps(chief, chief.stop_at - 1)
+    chief.before_step()  # Returns after 0.2 s: the grace (10.2 s) less SAVE_SECS (10 s).
+    assert "worker-0 did not confirm the stop step" in caplog.text
+    assert chief.step_done()
+
+
 def test_training_that_ends_before_the_stop_step_finishes_without_a_restart(tmp_path):
     # The signal came 100 steps before the last step, the lead is 150 steps: both
     # sessions end at their last step (as max_steps ends them), short of the stop step.
