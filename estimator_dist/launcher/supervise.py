@@ -327,8 +327,10 @@ class Launcher:
             self._say_stragglers()
         elif isinstance(event, status.StopStep) and event.how != status.PREEMPTION:
             self.reported_steps = event.step
-            if event.model_dir:  # A program's estimator may train below the job's model_dir.
-                reported = event.model_dir
+            # A program's estimator may train below the job's model_dir; a job on storage
+            # keeps reading the URL's state (what the tasks restore), not a task's copy.
+            reported = event.model_dir
+            if reported and reported != self._plan.results.where and "://" not in reported:
                 self.checkpoint_step = lambda: files.checkpoint_step(reported)
         elif isinstance(event, status.Exiting):
             task.exiting = True
