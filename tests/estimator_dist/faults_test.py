@@ -786,7 +786,17 @@ def test_read_only_model_dir_fails_the_job_at_once_with_exit_9(tmp_path, data_di
         # A read-only bind mount over it: files already open (the logs) stay writable.
         remount = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0"'
         namespace = ("nsenter", f"--target={launcher.process.pid}", "--mount")
-        subprocess.run([*namespace, "sh", "-c", remount, str(model_dir)], check=True)
+        # The remount is refused while a write is under way ("mount point is busy", once in
+        # CI): tried again until it takes, within 30 s.
+        deadline = time.monotonic() + 30
+        while True:
+            done = subprocess.run(
+                [*namespace, "sh", "-c", remount, str(model_dir)], capture_output=True, text=True
+            )
+            if done.returncode == 0:
+                break
+            assert time.monotonic() < deadline and "busy" in done.stderr, done.stderr
+            time.sleep(0.2)
         code = int(launcher.wait_for_line(r"^exited with (\d+)", 120).group(1))
         steps = read_every_checkpoint(inside)
     output = launcher.output
