@@ -82,6 +82,10 @@ _NATIVE_CONTINUATIONS = (
     ':{"created":"@',
     "The error could be from a previous operation.",
 )
+#: What TensorFlow 2.16+'s C++ logging prints once before its own set-up, on every task.
+_ABSL_PREINIT = (
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+)
 #: The first line of a Python warning that `logging.captureWarnings` did not catch.
 _WARNING = re.compile(r"^\S.*:\d+: [A-Z]\w*Warning: ")
 _SHOWN = ("estimator_dist", "Saving dict for global step")  # Shown, though not warnings.
@@ -232,6 +236,8 @@ class ConsoleFilter:
         if record is not None:
             return self._record_line(record)
         self._record = None
+        if line == _ABSL_PREINIT:
+            return None
         native = _NATIVE.match(line)
         if native is not None:
             self._continuations = _NATIVE_CONTINUATIONS

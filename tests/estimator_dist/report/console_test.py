@@ -116,6 +116,10 @@ TASK_OUTPUT = [
     ),
     # TensorFlow 2.21's C++ start-up lines, logged before its clock is set up.
     (
+        "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+        None,
+    ),
+    (
         "I0000 00:00:1795804501.697727   12295 cpu_feature_guard.cc:227] This TensorFlow binary "
         "is optimized to use available CPU instructions in performance-critical operations.",
         None,
