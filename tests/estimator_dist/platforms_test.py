@@ -67,6 +67,19 @@ def sagemaker_mwms(workers, index):
     return json.dumps(config)
 
 
+def sagemaker_mwms_hosts(workers, hosts):
+    """Each SageMaker host's environment for `multi_worker_mirrored_strategy`, by host name."""
+    return {
+        host: {
+            "TF_CONFIG": sagemaker_mwms(workers, index),
+            "SM_HOSTS": json.dumps(hosts, separators=(",", ":")),
+            "SM_CURRENT_HOST": host,
+            "SM_FRAMEWORK_PARAMS": '{"sagemaker_multi_worker_mirrored_strategy_enabled":true}',
+        }
+        for index, host in enumerate(hosts)
+    }
+
+
 def sagemaker_ps(master, ps, workers, task_type, index):
     """SageMaker's TF_CONFIG for `parameter_server` (a ps task's as its builder makes it)."""
     config = {"cluster": {"master": [master], "ps": ps, "worker": workers}, "environment": "cloud"}
@@ -331,15 +344,7 @@ def local(count):
 def test_sagemaker_multi_worker_mirrored_job_of_two_workers(tmp_path, data_dir):
     workers = local(2)
     hosts = ["algo-1", "algo-2"]
-    environments = {
-        host: {
-            "TF_CONFIG": sagemaker_mwms(workers, index),
-            "SM_HOSTS": json.dumps(hosts, separators=(",", ":")),
-            "SM_CURRENT_HOST": host,
-            "SM_FRAMEWORK_PARAMS": '{"sagemaker_multi_worker_mirrored_strategy_enabled":true}',
-        }
-        for index, host in enumerate(hosts)
-    }
+    environments = sagemaker_mwms_hosts(workers, hosts)
     with tasks(environments, train_args(tmp_path, data_dir)) as procs:
         all_exit_0(procs, hosts)
     assert checkpoint_step(tmp_path) == STEPS, report("final checkpoint step", procs)

@@ -268,19 +268,13 @@ def test_the_storage_stopped_for_20_s_mid_job_loses_nothing(server, aws, tmp_pat
 def test_a_sagemaker_job_with_model_dir_on_s3_from_its_hyperparameters(
     server, aws, tmp_path, data_dir
 ):
-    from tests.estimator_dist.platforms_test import local, sagemaker_mwms
+    from tests.estimator_dist.platforms_test import local, sagemaker_mwms_hosts
 
     workers = local(2)
     hosts = ["algo-1", "algo-2"]
-    environments = {
-        host: {
-            **environment(server, tmp_path / host),  # Each host its own disk.
-            "TF_CONFIG": sagemaker_mwms(workers, index),
-            "SM_HOSTS": json.dumps(hosts, separators=(",", ":")),
-            "SM_CURRENT_HOST": host,
-            "SM_FRAMEWORK_PARAMS": '{"sagemaker_multi_worker_mirrored_strategy_enabled":true}',
-        }
-        for index, host in enumerate(hosts)
+    environments = {  # Each host its own disk.
+        host: {**environment(server, tmp_path / host), **sagemaker}
+        for host, sagemaker in sagemaker_mwms_hosts(workers, hosts).items()
     }
     # SageMaker passes hyperparameters as `--name value`.
     args = [
