@@ -81,6 +81,26 @@ def _estimator_init(init: Callable, policy: ModelDirPolicy) -> Callable:
     return __init__
 
 
+def _configured(overwrite: Callable, policy: ModelDirPolicy) -> Callable:
+    """`maybe_overwrite_model_dir_and_session_config`, its model_dir decided by `policy` first.
+
+    Estimator's constructor calls it to settle the model_dir (making a
+    temporary directory when none is given), and so do estimators that need
+    the directory before their constructor (TensorFlow Lattice's canned
+    estimators write their feature keypoints there, which non-chief tasks
+    then wait for): both get the directory an Estimator would.
+    """
+    signature = inspect.signature(overwrite)
+
+    @functools.wraps(overwrite)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        policy(bound.arguments, "an Estimator's configuration")
+        return overwrite(*bound.args, **bound.kwargs)
+
+    return wrapper
+
+
 def _keras_bridge(
     model_to_estimator: Callable,
     policy: ModelDirPolicy,
@@ -185,7 +205,8 @@ def intercepted(
       estimator_methods: For `train`, `evaluate`, `export_saved_model`: makes
         the replacement of `Estimator.<name>` from TensorFlow's method.
       model_dir_policy: Decides the model_dir of every Estimator built (and
-        of `model_to_estimator`'s).
+        of `model_to_estimator`'s, and of each configuration settled by
+        `maybe_overwrite_model_dir_and_session_config` before a constructor).
       temporary: Collects the directories the program makes with
         `tempfile.mkdtemp`.
       rmtree: Called as `rmtree(original, path, ...)` for the program's
@@ -215,6 +236,9 @@ def intercepted(
         swap(stack, tempfile, "mkdtemp", _recording(tempfile.mkdtemp, temporary))
         init = estimator_lib.Estimator.__init__
         swap(stack, estimator_lib.Estimator, "__init__", _estimator_init(init, model_dir_policy))
+        overwrite = estimator_lib.maybe_overwrite_model_dir_and_session_config
+        configured = _configured(overwrite, model_dir_policy)
+        swap(stack, estimator_lib, overwrite.__name__, configured)
         if keras_lock is not None:
             for holder in keras_estimator_modules():
                 bridge = _keras_bridge(holder.model_to_estimator, model_dir_policy, keras_lock)

@@ -218,6 +218,21 @@ def test_two_estimators_without_a_model_dir_each_get_their_own_on_two_workers(tm
 
 
 @pytest.mark.multiprocess
+def test_an_estimator_settling_its_model_dir_before_its_constructor_shares_it(tmp_path):
+    """TensorFlow Lattice's shape: files written to the model_dir before `Estimator.__init__`.
+
+    With a temporary directory per task there, the worker waited for the chief's
+    keypoints in its own directory until the program's bound (TensorFlow Lattice
+    waits 2,400 s), and the job failed.
+    """
+    model_dir = str(tmp_path / "model")
+    run = launch("keypoints_before_init.py", model_dir, "--steps=10", evaluator=False)
+    assert os.path.exists(os.path.join(model_dir, "keypoints.json")), run.describe()
+    assert tf.train.latest_checkpoint(model_dir).endswith("model.ckpt-10"), run.describe()
+    assert run.output.count("accuracy ") >= 2, run.describe()
+
+
+@pytest.mark.multiprocess
 def test_two_models_cleared_between_trained_for_epochs_on_two_workers(tmp_path):
     """rmtree(model_dir) before each model, train() with no steps over epochs of a frame."""
     script = os.path.join(SCRIPTS, "two_models.py")
