@@ -49,6 +49,9 @@ CHIEF = "chief"
 WORKER = "worker"
 PS = "ps"
 EVALUATOR = "evaluator"
+#: Set to "1" on every task of a job that has an evaluator. TF_CONFIG leaves the evaluator out
+#: of the cluster, so without it a training task cannot know that one will evaluate its models.
+EVALUATOR_ENV = "ESTIMATOR_DIST_EVALUATOR"
 MASTER = "master"
 
 #: Job names accepted in TF_CONFIG, including the dialect alias `master`.

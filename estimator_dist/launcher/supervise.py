@@ -232,7 +232,9 @@ class Launcher:
         config = task.config
         plan = self._plan
         task.heard, task.silenced, task.exiting = self._clock(), False, False
-        task.process = self._engine.start_task(TaskSpec(plan.module, plan.args, config, None))
+        evaluator = any(t.config.task_type == EVALUATOR for t in self.tasks)
+        spec = TaskSpec(plan.module, plan.args, config, None, evaluator=evaluator)
+        task.process = self._engine.start_task(spec)
         path = os.path.join(plan.results.local_dir, console.LOG_DIR, f"{config.role}.log")
         try:
             # Line-buffered: each line reaches the file when it is printed, so a refused write

@@ -28,7 +28,7 @@ import subprocess
 import sys
 from typing import Dict, FrozenSet, Iterable, Optional, Protocol, Tuple
 
-from estimator_dist.cluster.tf_config import ClusterConfig
+from estimator_dist.cluster.tf_config import EVALUATOR_ENV, ClusterConfig
 from estimator_dist.hardware.cpus import task_process_setup
 from estimator_dist.report import console, status
 
@@ -42,12 +42,15 @@ class TaskSpec:
       args: Its arguments, the same on every task.
       config: The task's TF_CONFIG.
       cores: The cores to pin the task to, or None for every core.
+      evaluator: Whether the job has an evaluator (told to every task:
+        `tf_config.EVALUATOR_ENV`).
     """
 
     module: str
     args: Tuple[str, ...]
     config: ClusterConfig
     cores: Optional[FrozenSet[int]]
+    evaluator: bool = False
 
     def environment(self) -> Dict[str, str]:
         """The variables the task gets on top of its host's environment.
@@ -56,11 +59,14 @@ class TaskSpec:
         >>> config = make_local_cluster(1, [2001]).tasks[0]
         >>> sorted(TaskSpec("m", (), config, None).environment())
         ['ESTIMATOR_DIST_SUPERVISED', 'PYTHONUNBUFFERED', 'TF_CONFIG']
+        >>> TaskSpec("m", (), config, None, evaluator=True).environment()[EVALUATOR_ENV]
+        '1'
         """
         return {
             "TF_CONFIG": self.config.to_json(),
             "PYTHONUNBUFFERED": "1",
             console.SUPERVISED_ENV: "1",
+            **({EVALUATOR_ENV: "1"} if self.evaluator else {}),
         }
 
 

@@ -64,6 +64,8 @@ class Program(Protocol):
 
     def train_segment(self, estimator: Any, train_spec: Any, eval_spec: Any) -> Optional[int]: ...
 
+    def wait_for_evaluation(self) -> None: ...
+
 
 #: Directory of `model_dir` where the chief leaves each call's result for the other tasks.
 LOOP_DIR = EXCHANGE_DIR
@@ -390,6 +392,10 @@ class LoopTask:
                 return original(path, *args, **kwargs)
             logging.info("estimator_dist: %s is deleted by the chief, not here.", target)
             return None
+        if self._cluster.is_chief:
+            # The evaluator may still be evaluating the model of the program's last
+            # train_and_evaluate call, from the checkpoints this clears.
+            self._program.wait_for_evaluation()
         if self._step is None:  # Not met yet: the rendezvous comes after the chief's clearing.
             if self._cluster.is_chief:
                 clear(target, model_dir, keep=(LOG_DIR, LOOP_DIR))

@@ -23,16 +23,23 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import time
 import traceback
 from typing import Any, Callable, Dict, Iterator, Optional, Set
 
+from absl import logging
+
 from estimator_dist.base.errors import Error, UsageError
-from estimator_dist.cluster.tf_config import CHIEF, WORKER, ClusterConfig
+from estimator_dist.cluster.tf_config import CHIEF, EVALUATOR, EVALUATOR_ENV, WORKER, ClusterConfig
 from estimator_dist.guards.startup import Startup
 from estimator_dist.programs.config import PROGRAM, ScriptConfig
-from estimator_dist.programs.loop import LoopTask
+from estimator_dist.programs.loop import LOOP_DIR, LoopTask
 from estimator_dist.programs.user import explained, shared_model_dir, user_frame
 
+#: Directory of `loop/` where the evaluator marks each train_and_evaluate call it is done with.
+EVALUATIONS_DIR = "evaluated"
+#: Seconds between two looks for the evaluator's mark.
+_POLL_SECS = 0.5
 #: Why a multi-worker job with parameter servers needs `TrainSpec(max_steps=...)`.
 NO_MAX_STEPS = (
     "{where}the script's TrainSpec has no max_steps, so training on task {role} would run "
@@ -88,6 +95,8 @@ class ScriptTask:
         self.loop = LoopTask(self, cluster, config.guards)
         # --model_dir as every task names it (a URL, for a job whose results live there).
         self._named_model_dir = config.model_dir
+        # The program's train_and_evaluate calls so far, on this task.
+        self._calls = 0
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -229,8 +238,16 @@ class ScriptTask:
             return original(estimator, train_spec, eval_spec)  # Raises TensorFlow's TypeError.
         self.took_part = True
         self._inside += 1
+        self._calls += 1
+        if self._calls == 1 and self._cluster.task_type == CHIEF:
+            self._forget_evaluations()
         try:
-            return self._train_and_evaluate(estimator, train_spec, eval_spec, count_inputs)
+            result = self._train_and_evaluate(estimator, train_spec, eval_spec, count_inputs)
+            if self._cluster.task_type == EVALUATOR and self._config.model_dir is not None:
+                from estimator_dist.base import files
+
+                files.write_json(self._evaluated(self._calls), {"call": self._calls})
+            return result
         except (KeyboardInterrupt, SystemExit):
             raise
         except Error as error:
@@ -242,6 +259,63 @@ class ScriptTask:
             raise
         finally:
             self._inside -= 1
+
+    def _evaluated(self, call: int) -> str:
+        """The file the evaluator leaves when done with the program's `call`-th train_and_evaluate.
+
+        It is under `loop/`, which a program's clearing of its model_dir keeps.
+        """
+        return os.path.join(self._config.model_dir, LOOP_DIR, EVALUATIONS_DIR, f"{call}.json")
+
+    def _forget_evaluations(self) -> None:
+        """Removes an earlier attempt's marks (the chief, before the evaluator starts)."""
+        import tensorflow as tf
+
+        directory = os.path.dirname(self._evaluated(0)) if self._config.model_dir else None
+        if directory is not None and tf.io.gfile.exists(directory):
+            tf.io.gfile.rmtree(directory)
+
+    def wait_for_evaluation(self) -> None:
+        """On the chief: waits until the evaluator is done with the last train_and_evaluate call.
+
+        A program that trains several models in one model_dir, clearing it
+        between them, would otherwise delete the checkpoints the evaluator has
+        yet to evaluate, and have it evaluate the next model's: in plain
+        TensorFlow each call evaluates its own model before the program goes
+        on. Only where the launcher said the job has an evaluator
+        (`tf_config.EVALUATOR_ENV`: TF_CONFIG does not list it); at most the
+        start-up and stall timeouts, after which the chief goes on with a warning.
+        """
+        if (
+            self._cluster.task_type != CHIEF
+            or not self._calls
+            or self._config.model_dir is None
+            or os.environ.get(EVALUATOR_ENV) != "1"
+        ):
+            return
+        from estimator_dist.base import files
+
+        path = self._evaluated(self._calls)
+        bound = self._config.guards.startup_timeout + self._config.guards.stall_timeout
+        deadline = time.monotonic() + bound
+        if files.read_json(path) is None:
+            logging.info(
+                "estimator_dist: waiting for the evaluator to finish evaluating the model of "
+                "train_and_evaluate call %d before clearing %s.",
+                self._calls,
+                self._config.model_dir,
+            )
+        while files.read_json(path) is None:
+            if time.monotonic() > deadline:
+                logging.warning(
+                    "estimator_dist: the evaluator did not finish evaluating train_and_evaluate "
+                    "call %d within %g s (--startup_timeout + --stall_timeout); the chief goes "
+                    "on, and that evaluation may see the next model's checkpoints.",
+                    self._calls,
+                    bound,
+                )
+                return
+            time.sleep(_POLL_SECS)
 
     def _train_and_evaluate(
         self, estimator: Any, train_spec: Any, eval_spec: Any, count_inputs: bool

@@ -10,6 +10,7 @@ failure.
 import glob
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -230,6 +231,29 @@ def test_an_estimator_settling_its_model_dir_before_its_constructor_shares_it(tm
     assert os.path.exists(os.path.join(model_dir, "keypoints.json")), run.describe()
     assert tf.train.latest_checkpoint(model_dir).endswith("model.ckpt-10"), run.describe()
     assert run.output.count("accuracy ") >= 2, run.describe()
+
+
+@pytest.mark.multiprocess
+def test_each_model_cleared_between_calls_is_evaluated_before_the_next_one(tmp_path):
+    """rmtree(model_dir), then train_and_evaluate, twice with two models: the evaluator's turn.
+
+    The evaluator starts after the chief's first step, when short trainings have ended: without
+    the chief waiting for it before clearing, it evaluated the next model's checkpoints in the
+    first call (a DNN checkpoint restored into the linear model: NotFoundError, exit 1).
+    """
+    model_dir = str(tmp_path / "model")
+    run = launch("retrain_in_one_dir.py", model_dir, f"--outdir={model_dir}")
+    evaluator_log = open(os.path.join(model_dir, "logs", "evaluator.log")).read()
+    evaluated = re.findall(r"Saving dict for global step (\d+):", evaluator_log)
+    # Each call's final evaluation, of its own model, in the order the program made them.
+    assert [int(step) for step in evaluated][-1] == 20, run.describe()
+    assert 10 in [int(step) for step in evaluated], evaluated
+    assert evaluated.index("10") < evaluated.index("20"), evaluated
+    assert (
+        "waiting for the evaluator to finish evaluating"
+        in open(os.path.join(model_dir, "logs", "chief-0.log")).read()
+    )
+    assert tf.train.latest_checkpoint(model_dir).endswith("model.ckpt-20"), run.describe()
 
 
 @pytest.mark.multiprocess
