@@ -331,7 +331,7 @@ def _overhead_rounds(results: dict) -> str:
 
 
 def _flags(machine: dict) -> str:
-    """The CPU's vector flags as the report names them (results before they were recorded: '?')."""
+    """The CPU's vector flags as the report names them; older results did not record them."""
     if "cpu_flags" not in machine:
         return "flags not recorded"
     return " ".join(machine["cpu_flags"]) or "no AVX2"
