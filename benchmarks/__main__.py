@@ -8,9 +8,9 @@
                                             # docs/benchmarks/speedup/ (3 min with --quick)
 
 The *overhead* section (the package against hand-written Estimator code, 2
-workers x 64) runs at least 5 interleaved rounds (`--rounds` with `--quick`),
-and logs each ratio's median, range and per-round values as it ends (about
-15 minutes). A run of some sections writes a report of those alone: give it
+workers x 64) runs at least 10 interleaved rounds (`--rounds` with `--quick`),
+and logs each ratio's median, range and per-round values as it ends (8-9
+minutes on 2 cores). A run of some sections writes a report of those alone: give it
 its own `--output` to keep the full suite's.
 
 `make bench` builds the environment (and Horovod, if it can) and runs the

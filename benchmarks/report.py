@@ -330,6 +330,13 @@ def _overhead_rounds(results: dict) -> str:
     return f" ({rounds} in the overhead section)" if rounds else ""
 
 
+def _flags(machine: dict) -> str:
+    """The CPU's vector flags as the report names them; older results did not record them."""
+    if "cpu_flags" not in machine:
+        return "flags not recorded"
+    return " ".join(machine["cpu_flags"]) or "no AVX2"
+
+
 def markdown(results: dict, images: Sequence[str]) -> str:
     """The report: targets first, then every section's table."""
     settings, machine = results["settings"], results["machine"]
@@ -337,8 +344,9 @@ def markdown(results: dict, images: Sequence[str]) -> str:
         "# Benchmarks",
         "",
         f"Measured by `{results['command']}` from {results['started']} to {results['finished']} on "
-        f"{machine['cores']} cores ({machine['cpu']}), Python {machine['python']}, TensorFlow "
-        f"{machine['tensorflow']}; {settings['rounds']} round(s)"
+        f"{machine['cores']} cores ({machine['cpu']}; {_flags(machine)}), "
+        f"Python {machine['python']}, TensorFlow {machine['tensorflow']}; "
+        f"{settings['rounds']} round(s)"
         f"{_overhead_rounds(results)}"
         f"{', quick' if settings['quick'] else ''}. "
         "Every figure is the median over rounds with the range (min-max); every ratio is the "

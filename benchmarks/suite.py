@@ -59,6 +59,7 @@ from benchmarks import (
 from benchmarks.contenders import MODELS, Config, measure, one_core_each
 from benchmarks.groups import ratio, run_groups, run_record, summary
 from benchmarks.options_table import OPTIONS, QUICK_OPTIONS
+from estimator_dist.hardware import cpus
 
 SECTIONS = (
     "overhead",
@@ -76,7 +77,7 @@ SECTIONS = (
 )
 #: Rounds of the overhead section at least (fewer with --quick): its target leaves a 2% margin,
 #: within the spread of a ratio of two runs on this machine.
-OVERHEAD_ROUNDS = 5
+OVERHEAD_ROUNDS = 10
 #: Target ratios of issue 6.
 TARGETS = {
     "package / handwritten": 0.98,
@@ -174,6 +175,15 @@ def overhead(settings: Settings, measure_fn: Callable[[Config], float]) -> dict:
     per-step cost shows most; `OVERHEAD_ROUNDS` rounds at least, unless quick.
     """
     rounds = settings.rounds if settings.quick else max(settings.rounds, OVERHEAD_ROUNDS)
+    measured_on = machine()
+    # The ratio differs between processors (docs/performance.md keeps a row per CPU): say which.
+    logging.info(
+        "overhead section on %d cores of %s (%s), TensorFlow %s",
+        measured_on["cores"],
+        measured_on["cpu"] or "an unnamed CPU",
+        " ".join(measured_on["cpu_flags"]) or "no AVX2",
+        measured_on["tensorflow"],
+    )
     group = [
         Config("package", workers=2),
         Config("handwritten", workers=2),
@@ -182,6 +192,7 @@ def overhead(settings: Settings, measure_fn: Callable[[Config], float]) -> dict:
     samples = run_groups([group], dataclasses.replace(settings, rounds=rounds), measure_fn)
     return {
         "rounds": rounds,
+        "machine": measured_on,
         "runs": run_record(samples),
         "comparisons": _comparisons([group], samples),
     }
@@ -329,8 +340,16 @@ def input_throughput(settings: Settings) -> dict:
     return {"rows": rows, "table": input_pipeline.format_rows(rows, 64, 2)}
 
 
+#: The CPU flags that decide which kernels TensorFlow and oneDNN run, as /proc/cpuinfo names them.
+VECTOR_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
+
+
 def machine() -> dict:
-    """What the figures were measured on."""
+    """What the figures were measured on: cores, CPU model and vector flags, Python, TensorFlow.
+
+    >>> set(machine()["cpu_flags"]) <= set(VECTOR_FLAGS)
+    True
+    """
     import tensorflow as tf
 
     model = ""
@@ -339,9 +358,11 @@ def machine() -> dict:
             model = next(line.split(":", 1)[1].strip() for line in cpuinfo if "model name" in line)
     except (OSError, StopIteration):
         pass
+    flags = cpus.cpu_flags()
     return {
         "cores": len(os.sched_getaffinity(0)),
         "cpu": model,
+        "cpu_flags": [flag for flag in VECTOR_FLAGS if flag in flags],
         "python": platform.python_version(),
         "tensorflow": tf.__version__,
         "platform": platform.platform(),

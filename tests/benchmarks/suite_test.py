@@ -17,6 +17,7 @@ from benchmarks.contenders import Config
 from benchmarks.groups import run_groups
 from benchmarks.startup_section import parse_startup
 from benchmarks.suite import SECTIONS, Settings, run_suite, save
+from estimator_dist.hardware import cpus
 
 
 def fake_measure(config):
@@ -124,27 +125,40 @@ def test_report_from_measured_sections_has_targets_tables_and_plots(tmp_path):
     assert "![scaling_mnist_cnn.png](scaling_mnist_cnn.png)" in text
 
 
-def test_the_overhead_section_runs_at_least_5_interleaved_rounds():
+def test_the_overhead_section_runs_at_least_10_interleaved_rounds():
     calls = []
     results = run_suite(
         Settings(sections=("overhead", "alternatives"), rounds=3),
         lambda config: calls.append(config) or fake_measure(config),
     )
     overhead = results["overhead"]
-    assert overhead["rounds"] == suite.OVERHEAD_ROUNDS == 5
+    assert overhead["rounds"] == suite.OVERHEAD_ROUNDS == 10
     assert [c["name"] for c in overhead["comparisons"]] == [
         "package / handwritten",
         "preemption watch on / off",
     ]
-    assert all(len(c["samples"]) == 5 for c in overhead["comparisons"])
+    assert all(len(c["samples"]) == 10 for c in overhead["comparisons"])
     # Interleaved: each round runs all three once before the next round starts.
-    first = [c.label() for c in calls[:15]]
-    assert all(len(set(first[i : i + 3])) == 3 for i in range(0, 15, 3))
+    first = [c.label() for c in calls[:30]]
+    assert all(len(set(first[i : i + 3])) == 3 for i in range(0, 30, 3))
     # The alternatives keep their 3 rounds and leave the 64-per-worker hand-written run out.
     assert all(len(run["samples"]) == 3 for run in results["alternatives"]["runs"])
     assert "package / handwritten" not in [
         c["name"] for c in results["alternatives"]["comparisons"] if c["per_worker_batch"] == 64
     ]
+
+
+def test_the_overhead_section_names_the_cpu_its_ratio_was_measured_on(tmp_path, monkeypatch):
+    # A CPU with AVX-512 BF16 but no AMX: the flags recorded are the ones TensorFlow's kernels
+    # depend on, in a fixed order, whatever else the CPU lists.
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("model name\t: Test CPU 9000\nflags\t\t: sse fma avx512_bf16 avx2 avx512f\n")
+    monkeypatch.setattr(cpus, "CPUINFO", str(cpuinfo))
+    monkeypatch.setattr(cpus.cpu_flags, "__defaults__", (str(cpuinfo),))
+    results = run_suite(Settings(sections=("overhead",), rounds=1, quick=True), fake_measure)
+    assert results["overhead"]["machine"]["cpu_flags"] == ["avx2", "fma", "avx512f", "avx512_bf16"]
+    text = open(report.write_report(results, str(tmp_path))).read()
+    assert "avx2 fma avx512f avx512_bf16" in text.splitlines()[2]
 
 
 def test_each_worker_gets_one_core_of_its_own_round_robin(monkeypatch):
