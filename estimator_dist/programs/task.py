@@ -95,8 +95,10 @@ class ScriptTask:
         self.loop = LoopTask(self, cluster, config.guards)
         # --model_dir as every task names it (a URL, for a job whose results live there).
         self._named_model_dir = config.model_dir
-        # The program's train_and_evaluate calls so far, on this task.
+        # The program's train_and_evaluate calls so far, on this task, and the last one's
+        # model_dir.
         self._calls = 0
+        self._last_model_dir: Optional[str] = None
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -244,9 +246,7 @@ class ScriptTask:
         try:
             result = self._train_and_evaluate(estimator, train_spec, eval_spec, count_inputs)
             if self._cluster.task_type == EVALUATOR and self._config.model_dir is not None:
-                from estimator_dist.base import files
-
-                files.write_json(self._evaluated(self._calls), {"call": self._calls})
+                self._done_evaluating()
             return result
         except (KeyboardInterrupt, SystemExit):
             raise
@@ -275,6 +275,22 @@ class ScriptTask:
         if directory is not None and tf.io.gfile.exists(directory):
             tf.io.gfile.rmtree(directory)
 
+    def _done_evaluating(self) -> None:
+        """On the evaluator, after a call's final evaluation: says so, and lets the chief go on.
+
+        When the chief waits for it, the evaluator returns once the chief has
+        stopped waiting: its next call then never takes this call's decision,
+        which the chief's waiting made current, for the next one's.
+        """
+        from estimator_dist.base import files
+        from estimator_dist.task.last_step import CHIEF_WAITS_FILE
+
+        _write(self._evaluated(self._calls), {"call": self._calls})
+        waits = os.path.join(self._last_model_dir or self._config.model_dir, CHIEF_WAITS_FILE)
+        deadline = time.monotonic() + self._config.guards.stall_timeout
+        while files.read_json(waits) == {"call": self._calls} and time.monotonic() < deadline:
+            time.sleep(_POLL_SECS)
+
     def wait_for_evaluation(self) -> None:
         """On the chief: waits until the evaluator is done with the last train_and_evaluate call.
 
@@ -294,28 +310,40 @@ class ScriptTask:
         ):
             return
         from estimator_dist.base import files
+        from estimator_dist.task.last_step import CHIEF_WAITS_FILE
 
         path = self._evaluated(self._calls)
+        if files.read_json(path) is not None:
+            return
+        logging.info(
+            "estimator_dist: waiting for the evaluator to finish evaluating the model of "
+            "train_and_evaluate call %d before clearing %s.",
+            self._calls,
+            self._config.model_dir,
+        )
+        # Its training is over: the evaluator takes the decision beside it as the current one.
+        waits = os.path.join(self._last_model_dir or self._config.model_dir, CHIEF_WAITS_FILE)
+        _write(waits, {"call": self._calls})
         bound = self._config.guards.startup_timeout + self._config.guards.stall_timeout
         deadline = time.monotonic() + bound
-        if files.read_json(path) is None:
-            logging.info(
-                "estimator_dist: waiting for the evaluator to finish evaluating the model of "
-                "train_and_evaluate call %d before clearing %s.",
-                self._calls,
-                self._config.model_dir,
-            )
-        while files.read_json(path) is None:
-            if time.monotonic() > deadline:
-                logging.warning(
-                    "estimator_dist: the evaluator did not finish evaluating train_and_evaluate "
-                    "call %d within %g s (--startup_timeout + --stall_timeout); the chief goes "
-                    "on, and that evaluation may see the next model's checkpoints.",
-                    self._calls,
-                    bound,
-                )
-                return
-            time.sleep(_POLL_SECS)
+        try:
+            while files.read_json(path) is None:
+                if time.monotonic() > deadline:
+                    logging.warning(
+                        "estimator_dist: the evaluator did not finish evaluating "
+                        "train_and_evaluate call %d within %g s (--startup_timeout + "
+                        "--stall_timeout); the chief goes on, and that evaluation may see the "
+                        "next model's checkpoints.",
+                        self._calls,
+                        bound,
+                    )
+                    return
+                time.sleep(_POLL_SECS)
+        finally:
+            import tensorflow as tf
+
+            if tf.io.gfile.exists(waits):
+                tf.io.gfile.remove(waits)
 
     def _train_and_evaluate(
         self, estimator: Any, train_spec: Any, eval_spec: Any, count_inputs: bool
@@ -329,6 +357,7 @@ class ScriptTask:
         if training and train_spec.max_steps is None and cluster.num_ps:
             raise UsageError(NO_MAX_STEPS.format(where=self.where_in_program(), role=cluster.role))
         model_dir = self.model_dir_of(estimator)
+        self._last_model_dir = model_dir
         distribution = self._distribution(estimator)
         self._startup.mark("strategies")
         start_delay_secs, throttle_secs = config.evaluation.or_else(
@@ -412,6 +441,16 @@ class ScriptTask:
         original = self.run.tensorflow_train_and_evaluate
         self.train_and_evaluate(original, estimator, train_spec, eval_spec, count_inputs=False)
         return self.run.stopped_at
+
+
+def _write(path: str, data: Dict[str, Any]) -> None:
+    """Writes `data` as JSON to `path`, making its directory first."""
+    import tensorflow as tf
+
+    from estimator_dist.base import files
+
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    files.write_json(path, data)
 
 
 def _route(arguments: dict, named: str, local: str) -> None:

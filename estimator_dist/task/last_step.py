@@ -34,6 +34,9 @@ from estimator_dist.report import status
 
 #: Written by the chief before training: the last step and how it was found.
 DECISION_FILE = files.LAST_STEP_FILE
+#: Below an estimator's model_dir: the chief waits for the evaluator to finish with the model
+#: there (`estimator_dist.programs.task`), so its decision there is the current one.
+CHIEF_WAITS_FILE = os.path.join("loop", "evaluated", "chief-waits.json")
 #: How the last step was found.
 MAX_STEPS, CARDINALITY, COUNTED, INPUT_ENDED = (
     "max_steps",
@@ -246,7 +249,8 @@ def wait_for_decision(
     """The last step the evaluator uses: the chief's decision, waited for.
 
     A decision whose last step is not past the latest checkpoint may be an
-    earlier job's: it is taken once the chief is gone (training over).
+    earlier job's: it is taken once the chief is gone (training over), or
+    waits for the evaluator before going on (`CHIEF_WAITS_FILE`).
 
     Args:
       model_dir: Where the chief writes its decision.
@@ -378,9 +382,12 @@ def decide_for_task(
 
     if cluster.is_distributed and cluster.task_type == EVALUATOR:
         chief = {"chief-0": cluster.jobs[CHIEF][0]}
-        last = wait_for_decision(
-            model_dir, lambda: bool(unreachable(chief)), startup_timeout, max_steps
-        )
+        waits = os.path.join(model_dir, CHIEF_WAITS_FILE)
+
+        def training_over() -> bool:
+            return bool(unreachable(chief)) or files.read_json(waits) is not None
+
+        last = wait_for_decision(model_dir, training_over, startup_timeout, max_steps)
         logging.info("estimator_dist: the evaluator's last step is %d.", last)
         return last, None
     if not _counts_here(cluster):

@@ -243,7 +243,7 @@ def test_each_model_cleared_between_calls_is_evaluated_before_the_next_one(tmp_p
     """
     model_dir = str(tmp_path / "model")
     run = launch("retrain_in_one_dir.py", model_dir, f"--outdir={model_dir}")
-    evaluator_log = open(os.path.join(model_dir, "logs", "evaluator.log")).read()
+    evaluator_log = open(os.path.join(model_dir, "logs", "evaluator-0.log")).read()
     evaluated = re.findall(r"Saving dict for global step (\d+):", evaluator_log)
     # Each call's final evaluation, of its own model, in the order the program made them.
     assert [int(step) for step in evaluated][-1] == 20, run.describe()
