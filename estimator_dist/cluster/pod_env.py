@@ -46,6 +46,7 @@ from estimator_dist.base.errors import ClusterConfigError
 from estimator_dist.cluster.tf_config import (
     CHIEF,
     EVALUATOR,
+    EVALUATOR_ENV,
     PS,
     WORKER,
     ClusterConfig,
@@ -150,6 +151,25 @@ def cluster_from_pod(environ: Mapping[str, str]) -> Optional[ClusterConfig]:
     config = parse_tf_config(json.dumps(tf_config))
     note = POD_NOTE.format(source=source)
     return dataclasses.replace(config, notes=(note, *config.notes))
+
+
+def job_has_evaluator(environ: Mapping[str, str]) -> bool:
+    """Whether the job has an evaluator, which TF_CONFIG does not say to training tasks.
+
+    The launcher (local and Ray) says so with `EVALUATOR_ENV`; a pod of the
+    package's manifests lists it in `ESTIMATOR_DIST_REPLICAS`.
+
+    >>> job_has_evaluator({"ESTIMATOR_DIST_REPLICAS": "chief=1,worker=1,evaluator=1"})
+    True
+    >>> job_has_evaluator({"ESTIMATOR_DIST_EVALUATOR": "1"}), job_has_evaluator({})
+    (True, False)
+    """
+    if environ.get(EVALUATOR_ENV) == "1":
+        return True
+    try:
+        return REPLICAS in environ and _replicas(environ[REPLICAS])[EVALUATOR] > 0
+    except ClusterConfigError:  # Said where the pod's TF_CONFIG is built from it.
+        return False
 
 
 def _replicas(raw: str) -> Dict[str, int]:

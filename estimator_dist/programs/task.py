@@ -30,7 +30,8 @@ from typing import Any, Callable, Dict, Iterator, Optional, Set
 from absl import logging
 
 from estimator_dist.base.errors import Error, UsageError
-from estimator_dist.cluster.tf_config import CHIEF, EVALUATOR, EVALUATOR_ENV, WORKER, ClusterConfig
+from estimator_dist.cluster.pod_env import job_has_evaluator
+from estimator_dist.cluster.tf_config import CHIEF, EVALUATOR, WORKER, ClusterConfig
 from estimator_dist.guards.startup import Startup
 from estimator_dist.programs.config import PROGRAM, ScriptConfig
 from estimator_dist.programs.loop import LOOP_DIR, LoopTask
@@ -298,15 +299,15 @@ class ScriptTask:
         between them, would otherwise delete the checkpoints the evaluator has
         yet to evaluate, and have it evaluate the next model's: in plain
         TensorFlow each call evaluates its own model before the program goes
-        on. Only where the launcher said the job has an evaluator
-        (`tf_config.EVALUATOR_ENV`: TF_CONFIG does not list it); at most the
+        on. Only where the job is known to have an evaluator
+        (`pod_env.job_has_evaluator`: TF_CONFIG does not list it); at most the
         start-up and stall timeouts, after which the chief goes on with a warning.
         """
         if (
             self._cluster.task_type != CHIEF
             or not self._calls
             or self._config.model_dir is None
-            or os.environ.get(EVALUATOR_ENV) != "1"
+            or not job_has_evaluator(os.environ)
         ):
             return
         from estimator_dist.base import files
