@@ -88,14 +88,19 @@ def _configured(overwrite: Callable, policy: ModelDirPolicy) -> Callable:
     temporary directory when none is given), and so do estimators that need
     the directory before their constructor (TensorFlow Lattice's canned
     estimators write their feature keypoints there, which non-chief tasks
-    then wait for): both get the directory an Estimator would.
+    then wait for): both get the directory an Estimator would, made at once
+    where TensorFlow would have made a temporary one.
     """
     signature = inspect.signature(overwrite)
 
     @functools.wraps(overwrite)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         bound = signature.bind(*args, **kwargs)
-        policy(bound.arguments, "an Estimator's configuration")
+        asked = bound.arguments.get("model_dir")
+        given = policy(bound.arguments, "an Estimator's configuration")
+        if given and not asked and bound.arguments.get("model_dir") == given:
+            # TensorFlow's temporary directory exists when the call returns: so does this one.
+            tf.io.gfile.makedirs(given)
         return overwrite(*bound.args, **bound.kwargs)
 
     return wrapper
