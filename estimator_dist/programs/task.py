@@ -276,6 +276,12 @@ class ScriptTask:
         if directory is not None and tf.io.gfile.exists(directory):
             tf.io.gfile.rmtree(directory)
 
+    def _chief_waits(self) -> str:
+        """The file that says the chief waits for the evaluator, beside the last call's decision."""
+        from estimator_dist.task.last_step import CHIEF_WAITS_FILE
+
+        return os.path.join(self._last_model_dir or self._config.model_dir, CHIEF_WAITS_FILE)
+
     def _done_evaluating(self) -> None:
         """On the evaluator, after a call's final evaluation: says so, and lets the chief go on.
 
@@ -284,10 +290,9 @@ class ScriptTask:
         which the chief's waiting made current, for the next one's.
         """
         from estimator_dist.base import files
-        from estimator_dist.task.last_step import CHIEF_WAITS_FILE
 
         _write(self._evaluated(self._calls), {"call": self._calls})
-        waits = os.path.join(self._last_model_dir or self._config.model_dir, CHIEF_WAITS_FILE)
+        waits = self._chief_waits()
         deadline = time.monotonic() + self._config.guards.stall_timeout
         while files.read_json(waits) == {"call": self._calls} and time.monotonic() < deadline:
             time.sleep(_POLL_SECS)
@@ -311,7 +316,6 @@ class ScriptTask:
         ):
             return
         from estimator_dist.base import files
-        from estimator_dist.task.last_step import CHIEF_WAITS_FILE
 
         path = self._evaluated(self._calls)
         if files.read_json(path) is not None:
@@ -323,7 +327,7 @@ class ScriptTask:
             self._config.model_dir,
         )
         # Its training is over: the evaluator takes the decision beside it as the current one.
-        waits = os.path.join(self._last_model_dir or self._config.model_dir, CHIEF_WAITS_FILE)
+        waits = self._chief_waits()
         _write(waits, {"call": self._calls})
         bound = self._config.guards.startup_timeout + self._config.guards.stall_timeout
         deadline = time.monotonic() + bound
