@@ -39,6 +39,8 @@ from estimator_dist.programs.user import explained, shared_model_dir, user_frame
 
 #: Directory of `loop/` where the evaluator marks each train_and_evaluate call it is done with.
 EVALUATIONS_DIR = "evaluated"
+#: The evaluator's mark, in place of a call's number, when it left the program (`leave`).
+LEFT = "left"
 #: Seconds between two looks for the evaluator's mark.
 _POLL_SECS = 0.5
 #: Why a multi-worker job with parameter servers needs `TrainSpec(max_steps=...)`.
@@ -138,6 +140,8 @@ class ScriptTask:
             ) as original,
         ):
             self.run = TaskRun(self._cluster, self._config.guards, self._startup, original)
+            if self._cluster.is_distributed and self._cluster.task_type == CHIEF:
+                self._forget_evaluations()
             yield
 
     @contextlib.contextmanager
@@ -242,8 +246,6 @@ class ScriptTask:
         self.took_part = True
         self._inside += 1
         self._calls += 1
-        if self._calls == 1 and self._cluster.task_type == CHIEF:
-            self._forget_evaluations()
         try:
             result = self._train_and_evaluate(estimator, train_spec, eval_spec, count_inputs)
             if self._cluster.task_type == EVALUATOR and self._config.model_dir is not None:
@@ -261,8 +263,8 @@ class ScriptTask:
         finally:
             self._inside -= 1
 
-    def _evaluated(self, call: int) -> str:
-        """The file the evaluator leaves when done with the program's `call`-th train_and_evaluate.
+    def _evaluated(self, call: Any) -> str:
+        """The evaluator's mark for the program's `call`-th train_and_evaluate, or `LEFT`.
 
         It is under `loop/`, which a program's clearing of its model_dir keeps.
         """
@@ -331,8 +333,9 @@ class ScriptTask:
         _write(waits, {"call": self._calls})
         bound = self._config.guards.startup_timeout + self._config.guards.stall_timeout
         deadline = time.monotonic() + bound
+        left = self._evaluated(LEFT)
         try:
-            while files.read_json(path) is None:
+            while files.read_json(path) is None and files.read_json(left) is None:
                 if time.monotonic() > deadline:
                     logging.warning(
                         "estimator_dist: the evaluator did not finish evaluating "
@@ -421,6 +424,8 @@ class ScriptTask:
 
         self.took_part = True
         self._left = status.NO_EVALUATION
+        if self._config.model_dir is not None:  # A chief waiting for its evaluations goes on.
+            _write(self._evaluated(LEFT), {"left": True})
 
     @property
     def exit_reason(self) -> Optional[str]:

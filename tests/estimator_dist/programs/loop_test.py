@@ -260,6 +260,21 @@ def test_each_model_cleared_between_calls_is_evaluated_before_the_next_one(tmp_p
 
 
 @pytest.mark.multiprocess
+def test_the_chief_does_not_wait_for_an_evaluator_that_left_the_program(tmp_path):
+    """A train() call first: the evaluator has no part in the program and ends at once.
+
+    Then the chief's wait before the second model's clearing found no evaluation to wait for
+    and would have lasted --startup_timeout + --stall_timeout (the launcher's timeout first).
+    """
+    model_dir = str(tmp_path / "model")
+    run = launch("retrain_in_one_dir.py", model_dir, f"--outdir={model_dir}", "--train_first")
+    assert "evaluator has no part" in run.output or "[launcher] evaluator finished" in run.output
+    assert tf.train.latest_checkpoint(model_dir).endswith("model.ckpt-20"), run.describe()
+    chief = open(os.path.join(model_dir, "logs", "chief-0.log")).read()
+    assert "did not finish evaluating" not in chief
+
+
+@pytest.mark.multiprocess
 def test_two_models_cleared_between_trained_for_epochs_on_two_workers(tmp_path):
     """rmtree(model_dir) before each model, train() with no steps over epochs of a frame."""
     script = os.path.join(SCRIPTS, "two_models.py")

@@ -18,6 +18,9 @@ import tensorflow as tf
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--outdir", required=True)
+    parser.add_argument(
+        "--train_first", action="store_true", help="Train once with train() before the models."
+    )
     args = parser.parse_args()
     rng = np.random.RandomState(0)
     x = rng.uniform(0, 1, (200, 1)).astype(np.float32)
@@ -33,6 +36,8 @@ def main():
         (lambda: tf.estimator.LinearRegressor(columns, model_dir=args.outdir), 10),
         (lambda: tf.estimator.DNNRegressor([4], columns, model_dir=args.outdir), 20),
     )
+    if args.train_first:  # As notebooks try a model with train() before train_and_evaluate.
+        models[0][0]().train(train, max_steps=5)
     for make, steps in models:
         shutil.rmtree(args.outdir, ignore_errors=True)
         tf.estimator.train_and_evaluate(
