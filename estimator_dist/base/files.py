@@ -28,6 +28,10 @@ RUN_RECORD_FILE = "run_record.json"
 #: Written by the training tasks once a script's last step is decided from its inputs.
 LAST_STEP_FILE = "last_step.json"
 
+#: Directory of model_dir where, after the rendezvous, each task leaves what the others must
+#: read (a later call's input count; a program's loop its results), under the attempt's id.
+EXCHANGE_DIR = "loop"
+
 
 def json_numbers(metrics: Mapping[str, Any]) -> dict:
     """An evaluation's dict with numpy numbers as Python numbers, for JSON."""

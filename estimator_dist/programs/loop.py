@@ -37,7 +37,6 @@ from estimator_dist.cluster.tf_config import CHIEF, EVALUATOR, WORKER, ClusterCo
 from estimator_dist.config.guards import GuardConfig
 from estimator_dist.programs.results import clear, decode_metrics, encode_metrics, placed
 from estimator_dist.report.console import LOG_DIR
-from estimator_dist.task.run import EXCHANGE_DIR
 from estimator_dist.tf_runtime.estimators import local_copy
 
 if TYPE_CHECKING:
@@ -68,7 +67,7 @@ class Program(Protocol):
 
 
 #: Directory of `model_dir` where the chief leaves each call's result for the other tasks.
-LOOP_DIR = EXCHANGE_DIR
+LOOP_DIR = files.EXCHANGE_DIR
 #: Seconds between two looks for the chief's result.
 _POLL_SECS = 0.2
 

@@ -34,11 +34,10 @@ from estimator_dist.cluster.pod_env import job_has_evaluator
 from estimator_dist.cluster.tf_config import CHIEF, EVALUATOR, WORKER, ClusterConfig
 from estimator_dist.guards.startup import Startup
 from estimator_dist.programs.config import PROGRAM, ScriptConfig
-from estimator_dist.programs.loop import LOOP_DIR, LoopTask
+from estimator_dist.programs.loop import LoopTask
 from estimator_dist.programs.user import explained, shared_model_dir, user_frame
+from estimator_dist.task.last_step import CHIEF_WAITS_FILE, EVALUATIONS_DIR
 
-#: Directory of `loop/` where the evaluator marks each train_and_evaluate call it is done with.
-EVALUATIONS_DIR = "evaluated"
 #: The evaluator's mark, in place of a call's number, when it left the program (`leave`).
 LEFT = "left"
 #: Seconds between two looks for the evaluator's mark.
@@ -155,13 +154,12 @@ class ScriptTask:
         from estimator_dist.base import files
         from estimator_dist.guards.preemption import PREEMPTION_DIR
         from estimator_dist.storage.task import task_storage
-        from estimator_dist.task.run import EXCHANGE_DIR
 
         named, config, cluster = self._named_model_dir, self._config, self._cluster
         if named is None:
             yield
             return
-        shared = (PREEMPTION_DIR, files.LAST_STEP_FILE, EXCHANGE_DIR)
+        shared = (PREEMPTION_DIR, files.LAST_STEP_FILE, files.EXCHANGE_DIR)
         with task_storage(named, config.storage, cluster.role, cluster.task_type, shared) as local:
             self._config = config.working_in(local)
             try:
@@ -268,7 +266,7 @@ class ScriptTask:
 
         It is under `loop/`, which a program's clearing of its model_dir keeps.
         """
-        return os.path.join(self._config.model_dir, LOOP_DIR, EVALUATIONS_DIR, f"{call}.json")
+        return os.path.join(self._config.model_dir, EVALUATIONS_DIR, f"{call}.json")
 
     def _forget_evaluations(self) -> None:
         """Removes an earlier attempt's marks (the chief, before the evaluator starts)."""
@@ -280,8 +278,6 @@ class ScriptTask:
 
     def _chief_waits(self) -> str:
         """The file that says the chief waits for the evaluator, beside the last call's decision."""
-        from estimator_dist.task.last_step import CHIEF_WAITS_FILE
-
         return os.path.join(self._last_model_dir or self._config.model_dir, CHIEF_WAITS_FILE)
 
     def _done_evaluating(self) -> None:

@@ -36,7 +36,9 @@ from estimator_dist.report import status
 DECISION_FILE = files.LAST_STEP_FILE
 #: Below an estimator's model_dir: the chief waits for the evaluator to finish with the model
 #: there (`estimator_dist.programs.task`), so its decision there is the current one.
-CHIEF_WAITS_FILE = os.path.join("loop", "evaluated", "chief-waits.json")
+CHIEF_WAITS_FILE = os.path.join(files.EXCHANGE_DIR, "evaluated", "chief-waits.json")
+#: Beside it: the evaluator's mark for each train_and_evaluate call it is done with.
+EVALUATIONS_DIR = os.path.dirname(CHIEF_WAITS_FILE)
 #: How the last step was found.
 MAX_STEPS, CARDINALITY, COUNTED, INPUT_ENDED = (
     "max_steps",

@@ -57,9 +57,6 @@ from input_fns import bad_data
 
 #: Steps between two progress events of an estimator whose RunConfig logs no step count.
 DEFAULT_PROGRESS_STEPS = 100
-#: Directory of `model_dir` where, after the rendezvous, each task leaves what the others must
-#: read (a later call's input count; a program's loop its results), under the attempt's id.
-EXCHANGE_DIR = "loop"
 #: Seconds between two looks for the other tasks' counts.
 _POLL_SECS = 0.2
 
@@ -295,7 +292,7 @@ class TaskRun:
         """
         cluster = self._cluster
         self._exchanges += 1
-        directory = os.path.join(model_dir, EXCHANGE_DIR, str(self._attempt))
+        directory = os.path.join(model_dir, files.EXCHANGE_DIR, str(self._attempt))
         tf.io.gfile.makedirs(directory)
         name = f"count-{self._exchanges}-{{role}}.json"
         files.write_json(os.path.join(directory, name.format(role=cluster.role)), count)
