@@ -23,6 +23,11 @@ Either way the job ends with exit 0, and the chief records where training
 ended and why (`estimator_dist.task.early_stopping.record_stop`), so the
 evaluator evaluates that step and ends.
 
+`ShortestInputHook` is the package's own stop for a `train()` segment that ends
+where its input ends: every task stops after the batches of the shortest
+training input, counted in steps of its own loop, so the tasks stop together
+even when the program's train_op never steps the global step.
+
 >>> router = StopRouter(distributed=False, preemption=None)
 >>> router.stopped_by is None
 True
@@ -90,6 +95,55 @@ class StopRouter:
             )
             self._preemption.request_stop(step, f"the program's {name} asked to stop")
         return False
+
+
+class ShortestInputHook(tf.compat.v1.train.SessionRunHook):
+    """Ends this task's training loop after `batches` steps: where the shortest input ends.
+
+    One process that trains until its input ends runs one step per batch. On a
+    cluster each task stops after the fewest batches any training task's input
+    yields (`estimator_dist.programs.loop.LoopTask.train`), counted in steps of
+    its own loop rather than in global steps: a train_op that never steps the
+    global step (a Keras optimizer under a canned head, whose `iterations` is not
+    the global step; an optimizer's `minimize` without `global_step`) stops
+    there too, on every task at once, where TrainSpec's `max_steps` would never
+    be reached. When the global step does step, `max_steps` ends the loop at
+    the same step.
+
+    Args:
+      batches: The steps this task runs at most.
+
+    Attributes:
+      batches: The steps this task runs at most.
+      ended_at: The global step when the loop ended after its `batches` steps,
+        else None.
+
+    >>> ShortestInputHook(30).ended_at is None
+    True
+    """
+
+    def __init__(self, batches: int) -> None:
+        self.batches = batches
+        self._ran = 0
+        self._global_step: Optional[tf.Tensor] = None
+        self.ended_at: Optional[int] = None
+
+    @property
+    def reached(self) -> bool:
+        """Whether this task ran its `batches` steps."""
+        return self._ran >= self.batches
+
+    def begin(self) -> None:
+        self._global_step = tf.compat.v1.train.get_global_step()
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        self._ran += 1
+        if self.reached:
+            run_context.request_stop()
+
+    def end(self, session: tf.compat.v1.Session) -> None:
+        if self.reached and self._global_step is not None:
+            self.ended_at = int(session.run(self._global_step))
 
 
 class _TrainingSessionHook(tf.compat.v1.train.SessionRunHook):

@@ -13,7 +13,7 @@ message naming the task, the step and the cause, when:
   completion (exit 157); every `rendezvous.WAIT_NOTICE_SECS` of it, a line
   names the peers that cannot be reached (or says every peer accepts
   connections);
-* the global step does not move for the stall timeout (exit 152);
+* no training step completes for the stall timeout (exit 152);
 * after the training loop ended, the end of training (the final checkpoint,
   the session's close, in one process the final evaluation and the export)
   makes no progress for the stall timeout (exit 158): an evaluation batch is
@@ -179,7 +179,7 @@ class Watchdog:
       role: This task's name, e.g. `worker-1`.
       peers: Name to address of the other tasks, probed when start-up fails.
       startup_timeout: Seconds from `start()` to the first completed step.
-      stall_timeout: Seconds the global step may stay the same afterwards; also
+      stall_timeout: Seconds without a completed step afterwards; also
         the bound of session creation and the first step (from the graph's
         completion), and of the end of training without progress.
       last_step: The step every task trains to; a training loop that ends
@@ -271,7 +271,7 @@ class Watchdog:
         """Ends the process if a deadline has passed, then asks the hook for a fresh step.
 
         Called by the thread. The stall timer counts from when a fetched step
-        last moved (or an evaluation batch last ran), so it sees progress up to
+        last completed (or an evaluation batch last ran), so it sees progress up to
         one check interval and two steps late: far below any stall timeout.
         """
         now = self._clock()
@@ -439,12 +439,15 @@ class Watchdog:
             )
 
     def progress(self, step: int) -> None:
-        """Records a completed step, fetched when `due`; the first one arms fail-fast."""
+        """Records a completed step, fetched when `due`; the first one arms fail-fast.
+
+        A completed step is progress even when the global step did not move (a
+        train_op that never steps it): its collectives with the other tasks ended.
+        """
         self.due = False
         with self._lock:
             first = self._last_progress is None
-            if first or step != self._step:
-                self._last_progress = self._clock()
+            self._last_progress = self._clock()
             self._step = step
         if first:
             arm_fail_fast()

@@ -10,6 +10,9 @@ in the same order; `LoopTask` gives each call a meaning every task agrees on:
   `train_and_evaluate` (through `ScriptTask`) to a target every task computes
   alike: `max_steps`, the previous segment's end plus `steps`, or where the
   input that yields the fewest batches ends (`exchange_counts`).
+  A `train()` inside an estimator's constructor (a helper it trains, as
+  TensorFlow Lattice's crystals ensembles do on the chief alone) runs on the
+  task that calls it, outside the cluster, as in one process.
 * `evaluate()`: computed once, by the chief, on its segment's last checkpoint;
   every task returns the chief's dict, with its numpy types.
 * `export_saved_model()`: written once, by the chief; the others get its path.
@@ -38,6 +41,7 @@ from estimator_dist.config.guards import GuardConfig
 from estimator_dist.programs.results import clear, decode_metrics, encode_metrics, placed
 from estimator_dist.report.console import LOG_DIR
 from estimator_dist.tf_runtime.estimators import local_copy
+from estimator_dist.tf_runtime.intercept import estimators_being_built
 
 if TYPE_CHECKING:
     from estimator_dist.programs.config import ScriptConfig
@@ -61,7 +65,9 @@ class Program(Protocol):
 
     def leave(self) -> None: ...
 
-    def train_segment(self, estimator: Any, train_spec: Any, eval_spec: Any) -> Optional[int]: ...
+    def train_segment(
+        self, estimator: Any, train_spec: Any, eval_spec: Any, batches: Optional[int]
+    ) -> Optional[int]: ...
 
     def wait_for_evaluation(self) -> None: ...
 
@@ -160,10 +166,13 @@ class LoopTask:
         """One synchronised training segment on every training task.
 
         It ends where Estimator's `train()` would: at `max_steps`, after `steps`
-        more steps, or where the input ends, on the task whose input ends first.
+        more steps, or where the input ends, on the task whose input ends first:
+        after that input's batches, counted in steps of each task's own loop, so
+        a train_op that never steps the global step ends there too.
 
         Args:
-          original: `Estimator.train`, which refuses a cluster (not called).
+          original: `Estimator.train`, which refuses a cluster: called on a local copy
+            only for an estimator's own helper, trained inside its constructor.
           estimator: The program's estimator.
           input_fn, hooks, steps, max_steps, saving_listeners: As `Estimator.train` takes them.
 
@@ -171,6 +180,17 @@ class LoopTask:
           `estimator`, as `Estimator.train` does. Estimator's own argument errors
           raise ValueError with its messages.
         """
+        building = estimators_being_built()
+        if building:
+            # An estimator's constructor trains a helper estimator of its own (TensorFlow
+            # Lattice's crystals prefitting, on the chief alone): as one process would, here.
+            logging.info(
+                "estimator_dist: train() inside the constructor of %s runs on this task alone, "
+                "outside the cluster, as in one process.",
+                type(building[0]).__name__,
+            )
+            original(local_copy(estimator), input_fn, hooks, steps, max_steps, saving_listeners)
+            return estimator
         self._enter(estimator, "train")
         # Estimator's own checks, with its messages.
         if steps is not None and max_steps is not None:
@@ -207,9 +227,9 @@ class LoopTask:
         # No evaluation runs on a training task of a cluster: the spec is never read.
         eval_spec = tf.estimator.EvalSpec(input_fn, steps=1, start_delay_secs=0, throttle_secs=0)
         del original  # Estimator.train refuses a cluster: TensorFlow's train_and_evaluate runs.
-        stopped_at = self._program.train_segment(estimator, train_spec, eval_spec)
+        stopped_at = self._program.train_segment(estimator, train_spec, eval_spec, fewest)
         self._serving = True
-        self._step = stopped_at or target
+        self._step = target if stopped_at is None else stopped_at
         return estimator
 
     def _agreed_batches(

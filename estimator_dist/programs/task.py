@@ -234,8 +234,12 @@ class ScriptTask:
         train_spec: Any,
         eval_spec: Any,
         count_inputs: bool = True,
+        batches: Optional[int] = None,
     ) -> Any:
-        """Runs the program's `train_and_evaluate` call as this task needs it."""
+        """Runs the program's `train_and_evaluate` call as this task needs it.
+
+        `count_inputs` and `batches` are a `train()` segment's (`Call`'s attributes).
+        """
         import tensorflow as tf
 
         # Every estimator, v2 ones included, is an instance of the v1 class.
@@ -245,7 +249,9 @@ class ScriptTask:
         self._inside += 1
         self._calls += 1
         try:
-            result = self._train_and_evaluate(estimator, train_spec, eval_spec, count_inputs)
+            result = self._train_and_evaluate(
+                estimator, train_spec, eval_spec, count_inputs, batches
+            )
             if self._cluster.task_type == EVALUATOR and self._config.model_dir is not None:
                 self._done_evaluating()
             return result
@@ -350,7 +356,12 @@ class ScriptTask:
                 tf.io.gfile.remove(waits)
 
     def _train_and_evaluate(
-        self, estimator: Any, train_spec: Any, eval_spec: Any, count_inputs: bool
+        self,
+        estimator: Any,
+        train_spec: Any,
+        eval_spec: Any,
+        count_inputs: bool,
+        batches: Optional[int],
     ) -> Any:
         from estimator_dist.programs import strategy as script_strategy
         from estimator_dist.task import last_step
@@ -393,6 +404,7 @@ class ScriptTask:
             name_last_step=name_last_step,
             fix=FIX_INPUT,
             count_inputs=count_inputs,
+            batches=batches,
             explain=lambda error, step: error,  # The program's own: it may catch it.
             named_model_dir=self._named_model_dir,
         )
@@ -438,14 +450,24 @@ class ScriptTask:
             return status.NO_TRAINING
         return self._left
 
-    def train_segment(self, estimator: Any, train_spec: Any, eval_spec: Any) -> Optional[int]:
+    def train_segment(
+        self, estimator: Any, train_spec: Any, eval_spec: Any, batches: Optional[int]
+    ) -> Optional[int]:
         """One training segment of a `train()` call, to a last step every task agreed on.
 
+        Args:
+          estimator, train_spec, eval_spec: The segment's estimator and specs.
+          batches: The steps each task runs at most, where the shortest input
+            ends; None when the input does not end the segment.
+
         Returns:
-          The step it stopped at early (a hook of the program, early stopping), or None.
+          The step it stopped at before its last step (a hook of the program,
+          early stopping, a train_op that does not step the global step), or None.
         """
         original = self.run.tensorflow_train_and_evaluate
-        self.train_and_evaluate(original, estimator, train_spec, eval_spec, count_inputs=False)
+        self.train_and_evaluate(
+            original, estimator, train_spec, eval_spec, count_inputs=False, batches=batches
+        )
         return self.run.stopped_at
 
 

@@ -443,6 +443,31 @@ def stop_how(how: Optional[str]) -> str:
     return _STOP_HOWS.get(how, status.EARLY_STOPPING)
 
 
+def record_input_end(model_dir: str, step: int, batches: int, cluster: Any) -> int:
+    """Says that a training segment ended where the shortest input ended, at global `step`.
+
+    Every training task ran the `batches` of the shortest input; a train_op
+    that never steps the global step leaves it below the segment's last step,
+    as one process leaves it. Each task tells the launcher the step training
+    ended at (`status.StopStep`, which it takes as the last step); the chief
+    writes it into the decision.
+
+    Returns:
+      `step`.
+    """
+    logging.info(
+        "estimator_dist: every training task ran the %d batches of the shortest training input; "
+        "the program's train_op left the global step at %d, as one process would.",
+        batches,
+        step,
+    )
+    status.emit(status.StopStep(step=step, how=status.INPUT_ENDED))
+    if cluster.is_chief:
+        decision = read_decision(model_dir) or {}
+        write_decision(model_dir, {**decision, "last_step": step, "how": INPUT_ENDED})
+    return step
+
+
 def finish_alone(
     estimator: Any, exporter: Any, result: Any, model_dir: str, max_steps: Optional[int]
 ) -> None:

@@ -47,7 +47,7 @@ from estimator_dist.guards.preemption import EARLY_STOP, Preemption, StoppedEarl
 from estimator_dist.guards.rendezvous import exchange
 from estimator_dist.guards.roles import ProgressHook, start_preemption, start_watchdog
 from estimator_dist.guards.startup import Startup
-from estimator_dist.guards.stop_requests import StopRouter
+from estimator_dist.guards.stop_requests import ShortestInputHook, StopRouter
 from estimator_dist.guards.watchdog import LastStep, Watchdog
 from estimator_dist.report import console, status
 from estimator_dist.task import diagnose, early_stopping, last_step, records
@@ -94,6 +94,9 @@ class Call:
       explain: Turns an exception the user's code raised while training into
         the one the task raises, given the last step seen.
       hooks: More training hooks of the job (a trace).
+      batches: On a cluster, the steps of its own loop each training task runs at
+        most: a `train()` segment that ends where the shortest input ends
+        (`stop_requests.ShortestInputHook`); None: the last step alone ends it.
       named_model_dir: The model_dir as every task names it, where it differs from
         the estimator's (a task working in a local directory synchronised with a
         storage URL): the heartbeat identifies the job by it.
@@ -107,6 +110,7 @@ class Call:
     count_inputs: bool = True
     explain: Callable[[BaseException, Optional[int]], BaseException] = lambda error, step: error
     hooks: Sequence[tf.compat.v1.train.SessionRunHook] = ()
+    batches: Optional[int] = None
     named_model_dir: Optional[str] = None
 
 
@@ -332,12 +336,17 @@ class TaskRun:
         cluster, guards = self._cluster, self._guards
         model_dir = estimator.model_dir
         router = StopRouter(cluster.is_distributed, preemption)
+        shortest = None
+        if call.batches is not None and cluster.is_distributed:
+            shortest = ShortestInputHook(call.batches)
+            call = dataclasses.replace(call, hooks=(*call.hooks, shortest))
 
         def stopped_on_purpose() -> bool:
             return (
                 preemption.requested
                 or preemption.stop_at is not None
                 or router.stopped_by is not None
+                or (shortest is not None and shortest.reached)
             )
 
         named = None if last is None else LastStep(last, call.name_last_step(last, how), call.fix)
@@ -408,7 +417,7 @@ class TaskRun:
             if skipped:
                 logging.warning("%s", skipped)
         preemption.finished()
-        self._finish(estimator, exporter, result, preemption, router, last)
+        self._finish(estimator, exporter, result, preemption, router, last, shortest)
         logging.info("Training finished in %.1f s.", time.monotonic() - started)
         return result
 
@@ -471,6 +480,7 @@ class TaskRun:
         preemption: Preemption,
         router: StopRouter,
         last: Optional[int],
+        shortest: Optional[ShortestInputHook],
     ) -> None:
         """Where training ended and why; in one process the final evaluation, printed."""
         cluster, model_dir = self._cluster, estimator.model_dir
@@ -485,6 +495,13 @@ class TaskRun:
             if last is None or ended < last:
                 reason = f"{EARLY_STOP}: the program's {router.stopped_by} stopped training"
                 self.stopped_at = early_stopping.record_stop_at(model_dir, ended, reason, cluster)
+        elif shortest is not None and shortest.ended_at is not None:
+            # The tasks ran the shortest input's batches; a train_op that never steps the
+            # global step leaves it short of the segment's last step, as in one process.
+            if last is None or shortest.ended_at < last:
+                self.stopped_at = last_step.record_input_end(
+                    model_dir, shortest.ended_at, shortest.batches, cluster
+                )
         if cluster.task_type in (None, EVALUATOR):
             self.final_metrics = exporter.final_metrics or files.read_final_metrics(model_dir)
             if self.final_metrics is not None:

@@ -68,14 +68,39 @@ def rmtrees() -> List[Tuple[Any, str]]:
     return [(shutil, "rmtree"), (tf.io.gfile, "rmtree"), (tf.compat.v1.gfile, "DeleteRecursively")]
 
 
+def estimators_being_built() -> List[Any]:
+    """The estimators whose constructors are running on this thread, innermost first.
+
+    An estimator's constructor may build and train another estimator of its
+    own: TensorFlow Lattice's crystals ensembles train a prefitting Estimator,
+    in a temporary directory, on the chief alone (`if config.is_chief:`), while
+    the other tasks wait for the file it leaves. That helper is the outer
+    estimator's business, made as plain TensorFlow makes it, on the task that
+    makes it (`estimator_dist.programs.loop.LoopTask.train`).
+    """
+    found: List[Any] = []
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "__init__":
+            owner = frame.f_locals.get("self")
+            if isinstance(owner, estimator_lib.Estimator) and all(owner is not e for e in found):
+                found.append(owner)
+        frame = frame.f_back
+    return found
+
+
 def _estimator_init(init: Callable, policy: ModelDirPolicy) -> Callable:
-    """`Estimator.__init__`, its model_dir decided by `policy` first."""
+    """`Estimator.__init__`, its model_dir decided by `policy` first.
+
+    An estimator built inside another's constructor is left as TensorFlow makes it.
+    """
     signature = inspect.signature(init)
 
     @functools.wraps(init)
     def __init__(estimator: Any, *args: Any, **kwargs: Any) -> None:
         bound = signature.bind(estimator, *args, **kwargs)
-        policy(bound.arguments, "an Estimator")
+        if not any(other is not estimator for other in estimators_being_built()):
+            policy(bound.arguments, "an Estimator")
         init(*bound.args, **bound.kwargs)
 
     return __init__
@@ -95,6 +120,8 @@ def _configured(overwrite: Callable, policy: ModelDirPolicy) -> Callable:
 
     @functools.wraps(overwrite)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if len(estimators_being_built()) > 1:  # The constructor of an estimator's own helper.
+            return overwrite(*args, **kwargs)
         bound = signature.bind(*args, **kwargs)
         asked = bound.arguments.get("model_dir")
         given = policy(bound.arguments, "an Estimator's configuration")

@@ -206,12 +206,16 @@ def test_new_step_resets_the_stall_timer():
     assert "stayed at 2" in exits.calls[0][2]
 
 
-def test_same_step_repeated_does_not_reset_the_stall_timer():
+def test_a_completed_step_that_leaves_the_global_step_where_it_was_is_progress():
+    # A train_op that never steps the global step: its steps still end their collectives.
     dog, clock, exits = make_watchdog()
     dog.progress(7)
     clock.now += 15
     dog.progress(7)
-    clock.now += 5.5  # 20.5 s after step 7 first ran
+    clock.now += 15  # 30 s after step 7 first ran, 15 s after the last completed step
+    dog.check()
+    assert exits.calls == []
+    clock.now += 5.5  # 20.5 s without a completed step
     dog.check()
     assert exits.codes == [exit_codes.STALLED]
     assert "stayed at 7" in exits.calls[0][2]

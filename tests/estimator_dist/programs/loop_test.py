@@ -275,6 +275,73 @@ def test_the_chief_does_not_wait_for_an_evaluator_that_left_the_program(tmp_path
 
 
 @pytest.mark.multiprocess
+def test_a_train_op_that_never_steps_the_global_step_ends_with_its_input_as_alone(tmp_path):
+    """TensorFlow Lattice's custom estimator: train() until the input ends, global step at 0.
+
+    The tasks agreed on the input's end as a global step the train_op never reaches: the
+    job failed with exit 6 ("training ended at global step 0, before ... its input ran out").
+    """
+    script = os.path.join(SCRIPTS, "global_step_stays.py")
+    alone, cluster = str(tmp_path / "alone"), str(tmp_path / "cluster")
+    run_module(
+        "estimator_dist.script",
+        [script, f"--model_dir={alone}", f"--results_dir={tmp_path / 'alone_results'}"],
+        TIMEOUT,
+        model_dir=alone,
+    )
+    results = f"--results_dir={tmp_path / 'cluster_results'}"
+    run = launch("global_step_stays.py", cluster, f"--model_dir={cluster}", results)
+    local = json.load(open(tmp_path / "alone_results" / "local.json"))
+    chief = json.load(open(tmp_path / "cluster_results" / "chief-0.json"))
+    worker = json.load(open(tmp_path / "cluster_results" / "worker-0.json"))
+    assert chief == worker, run.describe()
+    # As one process: the checkpoint of step 0 (saved when the session began) is evaluated.
+    assert local["global_step"] == chief["global_step"] == 0, (local, chief)
+    assert tf.train.latest_checkpoint(cluster).endswith("model.ckpt-0"), run.describe()
+    for name in ("auc", "loss"):
+        assert abs(local[name] - chief[name]) <= 1e-5, (local, chief)
+    chief_log = open(os.path.join(cluster, "logs", "chief-0.log")).read()
+    # 3 epochs of 200 rows in batches of 20 on each worker (no input_context: the whole frame).
+    assert "ran the 30 batches of the shortest training input" in chief_log, run.describe()
+    assert run.json("last_step.json")["last_step"] == 0
+
+
+@pytest.mark.multiprocess
+def test_a_helper_trained_in_a_constructor_on_the_chief_alone_trains_there_as_alone(tmp_path):
+    """TensorFlow Lattice's crystals: the constructor prefits an Estimator when `is_chief`.
+
+    Every train() was a segment all training tasks join: the chief waited for the worker's
+    input count, the worker for the chief's structure file, until the launcher's timeout.
+    """
+    script = os.path.join(SCRIPTS, "prefit_in_constructor.py")
+    alone = str(tmp_path / "alone")
+    run_module(
+        "estimator_dist.script",
+        [script, f"--results_dir={tmp_path / 'alone_results'}"],
+        TIMEOUT,
+        model_dir=alone,
+    )
+    model_dir = str(tmp_path / "model")
+    run = launch("prefit_in_constructor.py", model_dir, f"--results_dir={tmp_path / 'results'}")
+    local = json.load(open(tmp_path / "alone_results" / "local.json"))
+    chief = json.load(open(tmp_path / "results" / "chief-0.json"))
+    worker = json.load(open(tmp_path / "results" / "worker-0.json"))
+    assert chief == worker, run.describe()
+    # The helper found the same features on the chief as in one process; the classifier then
+    # trained 2 epochs of 200 rows in batches of 20 on every task, in the job's directory.
+    assert chief["mask"] == local["mask"], (chief, local)
+    assert chief["global_step"] == local["global_step"] == 20, (chief, local)
+    assert chief["model_dir"] == model_dir
+    assert chief["export"].startswith(model_dir), chief
+    # The helper kept TensorFlow's temporary directory: no directory of the job's was its.
+    assert sorted(os.listdir(model_dir)).count("estimator-2") == 0, os.listdir(model_dir)
+    chief_log = open(os.path.join(model_dir, "logs", "chief-0.log")).read()
+    assert "train() inside the constructor of PrefitClassifier runs on this task alone" in (
+        chief_log
+    ), run.describe()
+
+
+@pytest.mark.multiprocess
 def test_two_models_cleared_between_trained_for_epochs_on_two_workers(tmp_path):
     """rmtree(model_dir) before each model, train() with no steps over epochs of a frame."""
     script = os.path.join(SCRIPTS, "two_models.py")
