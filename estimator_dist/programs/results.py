@@ -18,23 +18,28 @@ import tensorflow as tf
 def encode_metrics(metrics: Mapping[str, Any]) -> Dict[str, dict]:
     """A JSON form of an evaluation's dict that `decode_metrics` turns back, types included.
 
+    The keys keep their order (a printed dict reads the same on every task),
+    though the JSON file sorts them.
+
+    >>> import json
     >>> metrics = {"loss": np.float32(0.5), "global_step": np.int64(3)}
-    >>> decoded = decode_metrics(encode_metrics(metrics))
+    >>> decoded = decode_metrics(json.loads(json.dumps(encode_metrics(metrics), sort_keys=True)))
     >>> {name: (value.dtype.name, value.item()) for name, value in decoded.items()}
     {'loss': ('float32', 0.5), 'global_step': ('int64', 3)}
     """
     encoded = {}
-    for name, value in metrics.items():
+    for order, (name, value) in enumerate(metrics.items()):
         array = np.asarray(value)
-        encoded[name] = {"dtype": array.dtype.str, "value": array.tolist()}
+        encoded[name] = {"dtype": array.dtype.str, "value": array.tolist(), "order": order}
     return encoded
 
 
 def decode_metrics(encoded: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
-    """The dict `encode_metrics` encoded: numpy scalars and arrays of the same dtypes."""
+    """The dict `encode_metrics` encoded: numpy scalars and arrays of the same dtypes, in order."""
+    entries = sorted(encoded.items(), key=lambda item: item[1].get("order", 0))
     return {
         name: np.asarray(entry["value"], dtype=np.dtype(entry["dtype"]))[()]
-        for name, entry in encoded.items()
+        for name, entry in entries
     }
 
 
