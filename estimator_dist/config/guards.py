@@ -23,7 +23,7 @@ class GuardConfig:
     Attributes:
       startup_timeout: Seconds a training task may take to complete its first
         step, cluster assembly included, before it fails (exit 151).
-      stall_timeout: Seconds the global step may stay the same before the task
+      stall_timeout: Seconds without a completed training step before the task
         fails (exit 152); also the bound of session creation (exit 157) and of
         the end of training (exit 158); on the evaluator, seconds without a new
         checkpoint while the chief is unreachable.
@@ -44,7 +44,7 @@ class GuardConfig:
     )
     stall_timeout: float = setting(
         120.0,
-        "Seconds the global step may stay the same before a training task fails "
+        "Seconds without a completed training step before a training task fails "
         "(exit 152); also the bound of session creation up to the first step (exit 157) "
         "and of the end of training without progress (exit 158); on the evaluator, "
         "seconds without a new checkpoint while the chief is unreachable.",

@@ -105,7 +105,7 @@ def start_watchdog(
       last_step: The step training ends at; a cluster task ending below it
         fails (exit 6), a single process only warns. None when unknown.
       startup_timeout: Seconds to the first step.
-      stall_timeout: Seconds the global step may stay the same.
+      stall_timeout: Seconds without a completed training step.
       stopped_on_purpose: Whether training is being stopped below `last_step`
         on purpose (a preemption, early stopping, a hook of the program).
     """
