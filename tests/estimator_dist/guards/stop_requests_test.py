@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from estimator_dist.guards.stop_requests import StopRouter
+from estimator_dist.guards.stop_requests import ShortestInputHook, StopRouter
 from estimator_dist.tf_runtime import patches
 
 pytestmark = pytest.mark.usefixtures("patches_installed")
@@ -111,3 +111,25 @@ def test_without_a_router_a_request_stops_as_tensorflow_does():
     context = _context(object())
     AskingHook().after_run(context, None)
     assert context.stop_requested
+
+
+@pytest.mark.parametrize("steps_the_global_step", [False, True])
+def test_the_shortest_input_hook_stops_after_its_batches_whatever_the_global_step(
+    steps_the_global_step,
+):
+    """Each task stops after the shortest input's batches, counted in its own loop's steps."""
+    with tf.Graph().as_default():
+        step = tf.compat.v1.train.get_or_create_global_step()
+        weight = tf.Variable(0.0)
+        train_op = weight.assign_add(1.0)
+        if steps_the_global_step:
+            train_op = tf.group(train_op, step.assign_add(1))
+        hook = ShortestInputHook(5)
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
+            runs = 0
+            while not session.should_stop():
+                session.run(train_op)
+                runs += 1
+                assert runs <= 5, "the hook did not stop the loop"
+    assert runs == 5 and hook.reached
+    assert hook.ended_at == (5 if steps_the_global_step else 0)
