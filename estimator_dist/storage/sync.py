@@ -6,10 +6,13 @@ Three threads, none of them the training thread:
   uploads each new checkpoint whole, in an order that never shows a reader
   half of one: the data files, then the `.index`, then the `checkpoint`
   state file naming it; it removes at the URL the checkpoints TensorFlow
-  rotated away locally. Every task also uploads its results (the chief its
-  event files, `run_record.json` and `graph.pbtxt`; the evaluator `eval/`,
-  `export/` and `eval_metrics.json`; every task `logs/`), at most every
-  `results_secs` and at a flush.
+  rotated away locally. It starts an upload at most every
+  `checkpoint_secs` (and at a flush), always of the newest checkpoint: each
+  upload's requests cost the training process CPU and the interpreter lock,
+  and a fast model checkpoints several times a second. Every task also
+  uploads its results (the chief its event files, `run_record.json` and
+  `graph.pbtxt`; the evaluator `eval/`, `export/` and `eval_metrics.json`;
+  every task `logs/`), at most every `results_secs` and at a flush.
 * `Fetcher` (the evaluator) downloads each new checkpoint the state file at
   the URL names, then writes the local state file, so that TensorFlow's
   evaluator finds it as it finds a checkpoint the chief wrote.
@@ -54,6 +57,11 @@ _SKIPPED = re.compile(
 )
 #: The nice value of the threads that move files: training keeps the cores it needs.
 BACKGROUND_NICE = 10
+#: Least seconds between the starts of two checkpoint uploads (a flush uploads at once). At the
+#: default cadence of a fast model (a checkpoint every 0.4 s) uploading each one cost the
+#: chief about 7% of its steps (docs/running.md); the storage lags the chief by at most this
+#: much and one upload's time.
+CHECKPOINT_UPLOAD_SECS = 2.0
 _STATE_LINE = re.compile(r'^(model_checkpoint_path|all_model_checkpoint_paths):\s*"(.*)"\s*$')
 
 
@@ -279,6 +287,7 @@ class Publisher(_Loop):
       shared: Relative paths the `Mirror` keeps, never uploaded as results.
       poll_secs: How often the local state file is looked at.
       results_secs: Least seconds between two uploads of the results.
+      checkpoint_secs: Least seconds between the starts of two checkpoint uploads.
     """
 
     def __init__(
@@ -290,8 +299,11 @@ class Publisher(_Loop):
         shared: Sequence[str] = (),
         poll_secs: float = 0.5,
         results_secs: float = 10.0,
+        checkpoint_secs: float = CHECKPOINT_UPLOAD_SECS,
     ) -> None:
         super().__init__(f"upload-{kind}", url, poll_secs)
+        self._checkpoint_secs = checkpoint_secs
+        self._checkpoint_at = -checkpoint_secs
         self._local = local_dir
         self._shared = tuple(p.strip("/") for p in shared)
         self._kind = kind
@@ -311,9 +323,12 @@ class Publisher(_Loop):
         return super().flush(timeout)
 
     def cycle(self) -> None:
-        if self._kind == "chief":
-            self._checkpoints()
         now = time.monotonic()
+        if self._kind == "chief" and (
+            self._flushing or now - self._checkpoint_at >= self._checkpoint_secs
+        ):
+            if self._checkpoints():
+                self._checkpoint_at = now
         # Not at every checkpoint: event files grow, and each upload sends one whole.
         if self._flushing or now - self._results_at >= self._results_secs:
             self._results()

@@ -68,6 +68,28 @@ def test_the_chief_uploads_each_checkpoint_whole_and_removes_rotated_ones(aws, t
     assert reader.get_tensor("global_step") == 30
 
 
+def test_checkpoint_uploads_start_at_most_every_checkpoint_secs_and_a_flush_sends_the_newest(
+    aws, tmp_path
+):
+    url = "s3://bucket/floor"
+    chief = tmp_path / "chief"
+    remote = Remote(url)
+    publisher = sync.Publisher(url, str(chief), "chief", checkpoint_secs=3600)
+    save_checkpoints(str(chief), [10])
+    publisher.cycle()  # The first upload starts at once.
+    assert sync.parse_state(remote.read(sync.STATE_FILE))[0] == "model.ckpt-10"
+    save_checkpoints(str(chief), [20])
+    publisher.cycle()  # Within checkpoint_secs of the last: left for later.
+    assert sync.parse_state(remote.read(sync.STATE_FILE))[0] == "model.ckpt-10"
+    assert [name for name, _ in publisher.uploads] == ["model.ckpt-10"]
+    publisher.start()
+    try:
+        assert publisher.flush(60), publisher.failing
+    finally:
+        publisher.stop()
+    assert sync.parse_state(remote.read(sync.STATE_FILE))[0] == "model.ckpt-20"
+
+
 def test_a_half_uploaded_checkpoint_is_never_restored(aws, tmp_path):
     url = "s3://bucket/half"
     chief = tmp_path / "chief"
