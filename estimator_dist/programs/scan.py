@@ -394,12 +394,32 @@ NO_MAX_STEPS = (
     "ends, or a cluster with parameter servers, needs TrainSpec(input_fn, max_steps=N)."
 )
 
+#: A `tf.distribute.Server` the program starts itself: TensorFlow's one request pool per process.
+IN_PROCESS_SERVER = (
+    "{where}starts a tf.distribute.Server. Every server of a process handles requests on one "
+    "TensorFlow thread pool, sized by the first server created: on a cluster that is the "
+    "Estimator's (1 thread on a task pinned to one core), so an in-process "
+    "ParameterServerStrategy cluster started after it hangs in its first step with fewer "
+    "threads than its in-process workers + 1. Set TF_NUM_INTEROP_THREADS to at least that in "
+    "the launcher's environment, or run that part in its own process."
+)
+#: Modules whose `Server` is TensorFlow's: `tf.distribute`, `tf.train` and their compat paths.
+_SERVER_MODULES = {"distribute", "train", "server_lib"}
+
 
 def _called_name(node: ast.Call) -> Optional[str]:
     function = node.func
     if isinstance(function, ast.Attribute):
         return function.attr
     return function.id if isinstance(function, ast.Name) else None
+
+
+def _is_tf_server(node: ast.Call) -> bool:
+    """Whether `node` makes a TensorFlow server: `tf.distribute.Server(...)`, `Server(...)`."""
+    dotted = _dotted(node.func)
+    if not dotted or dotted[-1] != "Server":
+        return False
+    return len(dotted) == 1 or dotted[-2] in _SERVER_MODULES
 
 
 def scan_source(source: str, filename: str = "<script>") -> List[Pitfall]:
@@ -409,7 +429,9 @@ def scan_source(source: str, filename: str = "<script>") -> List[Pitfall]:
     with arguments) and `<estimator>.evaluate(...)` calls (with Estimator's
     keywords or an input function), `save_checkpoints_secs=` in any call (a
     warning: TensorFlow checkpoints by steps instead on a cluster),
-    `TrainSpec(...)` without `max_steps`, and training input_fns that take no
+    `TrainSpec(...)` without `max_steps`, servers the program starts itself
+    (`tf.distribute.Server(...)`: on a cluster they share the Estimator's
+    server's thread pool), and training input_fns that take no
     `input_context`: the functions the source hands `TrainSpec` or `train()`
     (by name, or called in a lambda), else those whose name ends in
     `input_fn` and says neither eval, serving nor predict.
@@ -448,6 +470,9 @@ def _scan(tree: ast.AST, filename: str) -> List[Tuple[int, Pitfall]]:
             if "save_checkpoints_secs" in keywords:
                 message = CHECKPOINT_SECS_PROGRAM.format(where=where)
                 found.append((line, Pitfall("checkpoint-secs", message, False)))
+            if _is_tf_server(node):
+                message = IN_PROCESS_SERVER.format(where=where)
+                found.append((line, Pitfall("in-process-server", message, False)))
     training = _training_inputs(tree)
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -219,3 +219,31 @@ def test_check_command_reports_the_legacy_script_and_passes_its_migrated_version
         120,
     )
     assert "pre-flight: no multi-worker pitfalls found." in after.output
+
+
+SERVERS = textwrap.dedent(
+    """
+    import http.server
+    import tensorflow as tf
+    from tensorflow.python.training import server_lib
+
+    tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+    worker = tf.distribute.Server(cluster_spec, job_name="worker", task_index=0, config=config)
+    ps = tf.compat.v1.train.Server(cluster_spec, job_name="ps", task_index=0)
+    other = server_lib.Server(cluster_spec)
+    web = http.server.HTTPServer(("", 0), handler)
+    mine = rpc.Server(handler)
+    """
+)
+
+
+def test_scan_warns_of_each_tensorflow_server_the_program_starts_itself():
+    # An in-process ParameterServerStrategy cluster after the Estimator part (TensorFlow's
+    # multi-worker migration guide) shares the Estimator's server's request pool.
+    found = [
+        p for p in program_scan.scan_source(SERVERS, "guide.py") if p.code == "in-process-server"
+    ]
+    assert [p.message.split(":")[1] for p in found] == ["7", "8", "9"]
+    assert all(not p.fatal for p in found)
+    assert found[0].message == program_scan.IN_PROCESS_SERVER.format(where="guide.py:7: ")
+    assert "TF_NUM_INTEROP_THREADS" in found[0].message
